@@ -100,7 +100,7 @@ import gpu
 import nvidia
 import toolkit
 
-from charms.gpu_k8s.v0.system import CommandError
+from charms.gpu_k8s.v0.system import DEFAULT_TIMEOUT, CommandError
 from fakes.machine import ARMORED_KEY, FakeMachine, Service
 
 KERNEL = "6.8.0-1015-aws"
@@ -111,8 +111,10 @@ BRANCHES = ("535", "570", "580", "595")
 SUPPORT = {"535": "LTSB", "580": "LTSB", "595": "PB"}
 PREFER_VARIANT = {"535": None, "580": "Open", "595": "Open"}
 VARIANTS = ("server", "server-open")
-# The id of the CUDA process on GPU i is PROCESS_BASE + i (`FakeDriver.gpu_in_use`).
+# The id of the CUDA process on GPU i is PROCESS_BASE + i (`FakeDriver.gpu_in_use`), and
+# the id of its worker thread, the one that calls the driver, THREAD_BASE + i.
 PROCESS_BASE = 4200
+THREAD_BASE = 5200
 # Branches from 560 on prefer open kernel modules (ubuntu-drivers' _is_open_prefered).
 OPEN_PREFERRED_FROM = 560
 MISMATCH = "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: %s\n"
@@ -206,10 +208,22 @@ class FakeDriver:
         self.respin = 0
         # GPU reset (`nvidia-smi -r -i <index>`): the indexes whose GPU a CUDA process uses
         # (listed by --query-compute-apps; the reset is refused), and the resets done.
-        # Each such process is process PROCESS_BASE + index, with its /proc/<pid>/stat
-        # (`_processes`); those in `stuck` hang in the kernel, state D (see `_processes`).
+        # Each such process is process PROCESS_BASE + index, with its /proc entries
+        # (`_processes`); those in `stuck` hang in the kernel, state D (see `_processes`),
+        # those in `waking` sleep in state D but wake now and then (`tick`), and those
+        # `kill`ed whose driver call never returns are zombies (`Z`) still listed.
         self._in_use: set[int] = set()
         self._stuck: set[int] = set()
+        self.waking: set[int] = set()
+        self._killed: set[int] = set()
+        self._switches: dict[int, int] = {}  # context switches per thread id
+        # GPUs the driver no longer answers for (`hung`): every nvidia-smi hangs in state
+        # D; each call is recorded with the timeout it was given (`hung_calls`)
+        self._hung: set[int] = set()
+        self.hung_calls: list[tuple[list[str], float]] = []
+        # GPUs whose reset alone never returns (`nvidia-smi -r -i <index>` waits on a GPU
+        # that does not come back; every other call answers): hangs as `hung` does
+        self.reset_hangs: set[int] = set()
         # Other clients that hold the GPUs open without being compute apps (NVML
         # monitors: the device plugin, the DCGM exporter, another nvidia-smi): each a
         # callable naming the GPU indexes it holds now; a reset is refused on those too
@@ -666,6 +680,7 @@ class FakeDriver:
         """Boot again: the newest installed kernel, and nvidia.ko if it has its modules."""
         self.machine.write("/proc/sys/kernel/random/boot_id", f"{boot}\n")
         self._in_use, self._stuck = set(), set()  # no process outlives a reboot
+        self._hung, self._killed, self.waking, self.reset_hangs = set(), set(), set(), set()
         self._processes()
         self.machine.path(gpu.REBOOT_REQUIRED_FILE).unlink(missing_ok=True)
         self.machine.path(gpu.REBOOT_REQUIRED_FILE + ".pkgs").unlink(missing_ok=True)
@@ -783,6 +798,11 @@ class FakeDriver:
         return bool(service and service.active)
 
     def nvidia_smi(self, argv, _input):
+        if self._hung:
+            self._hang(argv)
+        return self._smi(argv)
+
+    def _smi(self, argv: list[str]) -> str:
         found = self.userspace()
         if found is None:
             raise CommandError(argv, 127, "nvidia-smi: not found")
@@ -843,32 +863,104 @@ class FakeDriver:
         self._stuck = set(indexes)
         self._processes()
 
+    @property
+    def hung(self) -> set[int]:
+        """The GPUs the driver waits on for ever: their processes, and nvidia-smi, hang.
+
+        leptonai/gpud#117: "nvidia-smi may get stuck forever, when the nvidia-smi process
+        goes into D (uninterruptible) state"; NVIDIA/gpu-monitoring-tools#46 (NVIDIA):
+        nvidia-smi "unkillable (stuck in 'D' state)" means "the driver is hung". Which
+        calls hang on a real machine is not recorded: here every nvidia-smi does (each
+        opens every GPU), and the CUDA processes on these GPUs are stuck.
+        """
+        return self._hung
+
+    @hung.setter
+    def hung(self, indexes: set[int]) -> None:
+        self._hung = set(indexes)
+        self._processes()
+
+    def _hang(self, argv: list[str]) -> None:
+        """nvidia-smi never returns: the runner kills it at the caller's timeout.
+
+        The timeout is the one the code asked of the runner for this command (for
+        `sh -c nvidia-smi ...`, the shell's), else the real runner's DEFAULT_TIMEOUT;
+        the answer is the real runner's (system.SubprocessRunner: exit status -1).
+        """
+        timeout = self.machine.runner.calls[-1].timeout or DEFAULT_TIMEOUT
+        self.hung_calls.append((list(argv), timeout))
+        raise CommandError(argv, -1, f"timed out after {timeout}s")
+
+    def kill(self, index: int) -> None:
+        """SIGKILL the CUDA process on GPU `index` (an operator's `kill -9`).
+
+        A process whose driver call returns ends, and nvidia-smi lists it no more. One
+        stuck in the kernel does not: its main thread exits and, as the thread group's
+        leader, stays a zombie (`Z`) until the stuck (or `waking`) thread leaves the
+        kernel (kernel exit.c: a group leader is reaped only once its group is empty),
+        holding the GPU.
+        """
+        if index in self._stuck | self._hung | self.waking:
+            self._killed.add(index)
+        else:
+            self._in_use.discard(index)
+        self._processes()
+
+    def tick(self) -> None:
+        """Time passes: every thread not stuck in the kernel switches (`waking` ones too)."""
+        for index in self._in_use:
+            for tid in (PROCESS_BASE + index, THREAD_BASE + index):
+                blocked = tid == THREAD_BASE + index and index in self._stuck | self._hung
+                if not blocked or index in self.waking:
+                    self._switches[tid] = self._switches.get(tid, 0) + 1
+        self._processes()
+
     def _processes(self) -> None:
-        """Each CUDA process's /proc/<pid>/stat: only the fields up to the state.
+        """Each CUDA process's /proc entries: two threads, each with its state and switches.
 
         proc_pid_stat(5) (Linux man-pages 6.16): (1) pid, (2) comm "in parentheses", up
         to 15 bytes and any bytes a process names itself with (prctl PR_SET_NAME), so
         spaces and parentheses too, (3) state: `S` "Sleeping in an interruptible wait"
-        for a process waiting on its GPU, `D` "Waiting in uninterruptible disk sleep" for
+        for a thread waiting on its GPU, `D` "Waiting in uninterruptible disk sleep" for
         one whose driver call never returns: a GPU that stops answering leaves them so
         (NVIDIA/nvidia-docker#1553: a container on a GPU fallen off the bus survives
         `docker kill`; leptonai/gpud#117: "task ... blocked for more than 120 seconds",
-        `state:D`, after XID 45), and no signal ends them until the call returns. A
-        process that ends loses its entry, and a reboot ends them all. The rest of the
-        line is a plausible tail.
+        `state:D`, after XID 45). /proc/<pid>/stat is the main thread's (fs/proc/array.c
+        do_task_stat), which waits in `S` while a worker thread (THREAD_BASE + index, as
+        TensorFlow's calls the driver) is the one in `D`; each thread's own is under
+        /proc/<pid>/task/<tid>/, with its `voluntary_ctxt_switches` and
+        `nonvoluntary_ctxt_switches` in `status` (proc_pid_status(5)). A thread in `D`
+        that wakes and sleeps again (`waking`: a driver's polling wait) switches. A
+        process that ends loses its entries, and a reboot ends them all. The rest of
+        each stat line is a plausible tail.
         """
+        self._killed &= self._in_use
         procs = self.machine.path("/proc")
-        for stat in procs.glob("*/stat") if procs.is_dir() else []:
-            if stat.parent.name.isdigit() and int(stat.parent.name) >= PROCESS_BASE:
-                stat.unlink()
-                stat.parent.rmdir()
+        for entry in list(procs.iterdir()) if procs.is_dir() else []:
+            if entry.name.isdigit() and int(entry.name) >= PROCESS_BASE:
+                for path in sorted(entry.rglob("*"), key=lambda p: -len(p.parts)):
+                    path.rmdir() if path.is_dir() else path.unlink()
+                entry.rmdir()
         for index in sorted(self._in_use):
-            pid = PROCESS_BASE + index
-            state = "D" if index in self._stuck else "S"
-            self.machine.write(
-                f"/proc/{pid}/stat",
-                f"{pid} (train (rank {index})) {state} 1 {pid} {pid} 0 -1 4194560 0 0\n",
-            )
+            pid, worker = PROCESS_BASE + index, THREAD_BASE + index
+            lead = "Z" if index in self._killed else "S"
+            work = "D" if index in self._stuck | self._hung | self.waking else "S"
+            comm = f"train (rank {index})"
+            self.machine.write(f"/proc/{pid}/stat", self._stat(pid, comm, lead))
+            for tid, state in ((pid, lead), (worker, work)):
+                base = f"/proc/{pid}/task/{tid}"
+                self.machine.write(f"{base}/stat", self._stat(tid, comm, state))
+                switches = self._switches.get(tid, 0)
+                self.machine.write(
+                    f"{base}/status",
+                    f"Name:\t{comm}\nState:\t{state}\nTgid:\t{pid}\nPid:\t{tid}\n"
+                    f"voluntary_ctxt_switches:\t{switches * 3}\n"
+                    f"nonvoluntary_ctxt_switches:\t{switches}\n",
+                )
+
+    @staticmethod
+    def _stat(tid: int, comm: str, state: str) -> str:
+        return f"{tid} ({comm}) {state} 1 {tid} {tid} 0 -1 4194560 0 0\n"
 
     def present(self) -> list[int]:
         """The GPUs nvidia-smi finds, by their index at boot (`absent` left out)."""
@@ -927,6 +1019,8 @@ class FakeDriver:
                 "first kill all processes using this device and all compute applications "
                 "running in the system.",
             )
+        if set(targets) & self.reset_hangs:
+            self._hang(argv)
         busy = [i for i in targets if i in self.gpu_in_use]
         if busy:
             raise CommandError(
@@ -1072,6 +1166,8 @@ class FakeDriver:
         try:
             out, code = handler(inner, None), 0
         except CommandError as e:
+            if e.returncode == -1:  # it hung (`_hang`): the shell waits with it
+                raise CommandError(argv, -1, e.stderr) from None
             out, code = e.stderr + "\n", e.returncode
         return f"{out}exit-status={code}\n"
 

@@ -11,45 +11,48 @@
   when every quarantined GPU's action is `reset-gpu`. `support` is never repaired
   automatically (the catalog knows no repair);
 - a reset is `nvidia-smi -r -i <index>` for each quarantined GPU, on a drained node.
-  nvidia-smi's manual (-r, --gpu-reset): "Requires root. There can't be any
-  applications using these devices (e.g. CUDA application, graphics application like X
-  server, monitoring application like other instance of nvidia-smi)"; from Ampere on,
-  GPUs with NVLink connections can be reset one by one, on Ampere NVSwitch systems only
-  with Fabric Manager running (Hopper and later no longer need it); otherwise GPUs
-  linked by NVLink must be reset in the same command. nvidia-smi refuses what it cannot
-  do ("Unable to reset GPU <bus id> because it's being used by some other process ...",
+  nvidia-smi's manual (-r, --gpu-reset): "Requires root. There can't be any applications
+  using these devices (e.g. CUDA application, graphics application like X server,
+  monitoring application like other instance of nvidia-smi)"; from Ampere on, GPUs with
+  NVLink connections can be reset one by one, on Ampere NVSwitch systems only with
+  Fabric Manager running (Hopper and later no longer need it); otherwise GPUs linked by
+  NVLink must be reset in the same command. nvidia-smi refuses what it cannot do
+  ("Unable to reset GPU <bus id> because it's being used by some other process ...",
   recorded in tests/fakes/nvidia_driver.py). A reset refused because something holds the
   GPU (`IN_USE_WORDS`) ran no repair: it is recorded `refused`, never counted toward the
-  escalation; with `reboot` the machine reboots instead, with `reset` the unit is Blocked
-  naming the holder (`reset_refused_message`) and no reset is tried again while nvidia-smi
-  still lists a compute process (unless one is now stuck, below). Any other refusal is a
-  failed repair. A holder that cannot be stopped is no refusal either (`unkillable`): a
-  process in state `D` (proc_pid_stat(5) field 3, "Waiting in uninterruptible disk
-  sleep": no signal ends it before it leaves the kernel) at every read over HUNG_TASK_S,
-  as CUDA processes are left when the driver waits on a GPU that no longer answers
+  escalation; with `reboot` the machine reboots instead, with `reset` the unit is
+  Blocked naming the holder (`reset_refused_message`) and no reset is tried again while
+  nvidia-smi still lists a compute process (unless one is now stuck, below). Any other
+  refusal is a failed repair. A holder stuck in the kernel is no refusal either
+  (`unkillable`): a process with a thread that has not left state `D` (proc_pid_stat(5),
+  "Waiting in uninterruptible disk sleep": a signal is acted on only once it leaves) nor
+  switched over the hung-task window (`hung_task_s`, as kernel/hung_task.c judges a task
+  hung), or whose killed main thread stays a zombie nvidia-smi still lists, as CUDA
+  processes are left when the driver waits on a GPU that no longer answers
   (NVIDIA/nvidia-docker#1553: a container on a GPU fallen off the bus survives `docker
   kill`; leptonai/gpud#117: `state:D` "blocked for more than 120 seconds" after an XID).
-  Only a reboot ends it; the reboot is this module's repair wherever a reset was refused
-  or did not help, and NVIDIA's catalog names one beside the reset for XID 48 (double-bit
-  ECC; WORKFLOW_XID_48: "A GPU reset or node reboot is needed"). XID 79 (fallen off the
-  bus) is RESTART_BM: a reboot from the start, never a reset (under `reset` no automatic
-  repair, the quarantine's Blocked status). With `reboot` the machine
-  reboots at once, as after any refusal (no watch: the reboot follows whatever holds
-  it); with `reset` the reset is a failed repair (`unkillable_message`: it counts toward
-  the two below, and `repair-gpu` then reboots, `choose`), and the next hook tries the
-  reset again: it repairs if the holder is gone, else fails the second time and escalates
-  (`escalation_message` says a reboot was never tried). A drain leaves
-  the node's DaemonSet pods, and the device plugin and the DCGM exporter hold NVML
-  handles on every GPU (refused with "In use by another client",
-  NVIDIA/NVSentinel#1690), as does the watcher's
-  nvidia-smi every 5 s: so during a reset the node's GPU clients are paused
-  (`gpu_clients_paused`): the watcher's polls (gpu_watcher.PAUSE_FILE) and the GPU
-  DaemonSets (the node label kube_objects.GPU_CLIENTS_LABEL, which their node affinity
-  excludes: the GPU Operator's way, NVSentinel's too, #126 and #1243), until no pod of
-  theirs (kube_objects.GPU_CLIENT_POD_LABEL) is left, for at most CLIENTS_TIMEOUT_S
-  (compute processes still there, `nvidia-smi --query-compute-apps`, are logged); both are
-  restored after the reset whatever it answered, and a pause a killed hook left behind
-  is restored by the next one (`paused`, `resume_gpu_clients`);
+  Nor is a driver so hung that nvidia-smi itself does not answer (SMI_TIMEOUT_S,
+  RESET_TIMEOUT_S: `Reset.hung`). Only a reboot ends either; the reboot is this module's
+  repair wherever a reset was refused or did not help, and NVIDIA's catalog names one
+  beside the reset for XID 48 (double-bit ECC; WORKFLOW_XID_48: "A GPU reset or node
+  reboot is needed"). XID 79 (fallen off the bus) is RESTART_BM: a reboot from the
+  start, never a reset (under `reset` no automatic repair, the quarantine's Blocked
+  status). With `reboot` the machine reboots at once, as after any refusal (no watch:
+  the reboot follows whatever holds it; a hung driver is recorded as a failed reset
+  first); with `reset` the reset is a failed repair (`unkillable_message`: it counts
+  toward the two below, and `repair-gpu` then reboots, `choose`), and the next hook
+  tries the reset again: it repairs if the holder is gone, else fails the second time
+  and escalates (`escalation_message` says a reboot was never tried). A drain leaves the
+  node's DaemonSet pods, and the device plugin and the DCGM exporter hold NVML handles
+  on every GPU (refused with "In use by another client", NVIDIA/NVSentinel#1690), as
+  does the watcher's nvidia-smi every 5 s: so during a reset the node's GPU clients are
+  paused (`gpu_clients_paused`): the watcher's polls (gpu_watcher.PAUSE_FILE) and the
+  GPU DaemonSets (the node label kube_objects.GPU_CLIENTS_LABEL, which their node
+  affinity excludes: the GPU Operator's way, NVSentinel's too, #126 and #1243), until no
+  pod of theirs (kube_objects.GPU_CLIENT_POD_LABEL) is left, for at most
+  CLIENTS_TIMEOUT_S (compute processes still there, `nvidia-smi --query-compute-apps`,
+  are logged); both are restored after the reset whatever it answered, and a pause a
+  killed hook left behind is restored by the next one (`paused`, `resume_gpu_clients`);
 - on an NVSwitch machine (every GPU NVLink-connected to every other through the
   switches) a reset is not even tried while Fabric Manager is not running (`reset_blocker`):
   the same manual's table "NVSwitch systems" allows a GPU to be reset alone only on
@@ -123,17 +126,45 @@ UNPROVEN = "unproven"
 # NVIDIA/mig-parted#181, exit status 255); "GPU <bus id> is currently in use by another
 # process." (NVIDIA/gpu-operator#118). Read in lower case.
 IN_USE_WORDS = ("being used by", "in use by another")
-# A holder that cannot be stopped (the module docstring): its /proc/<pid>/stat state field
-# (proc_pid_stat(5), Linux man-pages 6.16: field 3 after the command name in parentheses,
-# which may itself hold spaces and parentheses; `D` "Waiting in uninterruptible disk
-# sleep") reads `D` at every read over HUNG_TASK_S: the kernel's own hung-task detector
-# reports a task so long in that state as hung (kernel/hung_task.c, khungtaskd; the
-# default of hung_task_timeout_secs, lib/Kconfig.debug DEFAULT_HUNG_TASK_TIMEOUT: "The
-# default is two minutes"). Read each CLIENTS_POLL_S; one read outside `D` (or the
-# process gone) and it is no longer stuck: a CUDA process blocks in `D` for a moment too.
-PROC_STAT = "/proc/{pid}/stat"
-UNKILLABLE_STATE = "D"
+# A holder stuck in the kernel (the module docstring, `unkillable`): one of its threads
+# (/proc/<pid>/task/<tid>/stat: /proc/<pid>/stat is the main thread's alone,
+# fs/proc/array.c do_task_stat, and a CUDA program calls the driver from other threads)
+# reads state `D` (proc_pid_stat(5), Linux man-pages 6.16: field 3 after the command name
+# in parentheses, which may itself hold spaces and parentheses; "Waiting in uninterruptible
+# disk sleep") at every read over the hung-task window, with no context switch meanwhile
+# (proc_pid_status(5): voluntary_ctxt_switches + nonvoluntary_ctxt_switches unchanged): the
+# kernel's own hung-task detector's test (kernel/hung_task.c check_hung_task, in newer
+# kernels task_is_hung: a task in TASK_UNINTERRUPTIBLE whose nvcsw + nivcsw did not change
+# over hung_task_timeout_secs). It also skips TASK_KILLABLE waits ("these can be killed"),
+# which /proc shows as `D` too (TASK_REPORT has no bit for TASK_WAKEKILL): that is not
+# visible from here, so a killable wait this long (a hard NFS mount that stopped answering)
+# counts as well. Or its main thread is a zombie (`Z`: killed, but the group's other
+# threads have not exited) that nvidia-smi still lists, at every read. Read each
+# CLIENTS_POLL_S; one read that breaks it (or the process gone) and it is a live holder: a
+# CUDA thread blocks in `D` for a moment too.
+PROC_TASKS = "/proc/{pid}/task"
+TASK_STAT = "/proc/{pid}/task/{tid}/stat"
+TASK_STATUS = "/proc/{pid}/task/{tid}/status"
+SWITCHES = ("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")
+BLOCKED, ZOMBIE = "D", "Z"
+# The window: the machine's hung_task_timeout_secs (kernel/hung_task.c; sysctl
+# kernel.hung_task_timeout_secs), bounded by HUNG_TASK_MAX_S as a hook waits it out; where
+# it is absent (a kernel without CONFIG_DETECT_HUNG_TASK), unreadable or 0 ("disabled":
+# the detector does not run, which says nothing of how long is too long), the kernel's
+# default: lib/Kconfig.debug DEFAULT_HUNG_TASK_TIMEOUT, "The default is two minutes".
+HUNG_TASK_SYSCTL = "/proc/sys/kernel/hung_task_timeout_secs"
 HUNG_TASK_S = 120.0
+HUNG_TASK_MAX_S = 600.0
+# nvidia-smi's own bounds: on a hung driver nvidia-smi itself hangs in state D
+# (leptonai/gpud#117: "nvidia-smi may get stuck forever, when the nvidia-smi process goes
+# into D (uninterruptible) state"; NVIDIA/gpu-monitoring-tools#46, NVIDIA: nvidia-smi
+# "unkillable (stuck in 'D' state)" means "the driver is hung"). A query answers in
+# seconds and a reset of one GPU in seconds to tens of seconds (our choice of bounds;
+# NVIDIA documents none): one that does not answer within them on a quarantined GPU is
+# a driver hung, a failed repair only a reboot clears (`Reset.hung`). The runner gives a
+# killed nvidia-smi that stays in D up after system.KILL_WAIT_S.
+SMI_TIMEOUT_S = 30.0
+RESET_TIMEOUT_S = 120.0
 NVIDIA_SMI = "nvidia-smi"
 PROGRESS = "/var/lib/gpu-k8s/gpu-repair.json"
 ESCALATE_AFTER = 2  # failed repairs ...
@@ -193,9 +224,11 @@ class Reset(NamedTuple):
     """What `reset` did: `done` (every GPU reset) and what nvidia-smi `said`.
 
     `holders`: not None when nvidia-smi refused because something holds the GPU
-    (`IN_USE_WORDS`): the compute processes nvidia-smi lists (none when the holder is no
-    compute process: nvidia-persistenced, an NVML monitor); `words`: its refusal's words;
-    `stuck`: those of them in state D throughout (`unkillable`; `watch_holders` reads it).
+    (`IN_USE_WORDS`): the compute processes on these GPUs nvidia-smi lists (none when the
+    holder is no compute process: nvidia-persistenced, an NVML monitor); `words`: its
+    refusal's words; `stuck`: those of them that did not leave the kernel over the window
+    (`unkillable`; `watch_holders` reads it); `hung`: the nvidia-smi that did not answer in
+    time (SMI_TIMEOUT_S, RESET_TIMEOUT_S): the driver is hung.
     """
 
     done: bool
@@ -203,7 +236,8 @@ class Reset(NamedTuple):
     holders: tuple[str, ...] | None = None
     words: str = ""
     pids: tuple[str, ...] = ()  # the compute processes' ids, as `holders` names them
-    stuck: tuple[str, ...] = ()  # the holders no signal can stop (`unkillable`)
+    stuck: tuple[str, ...] = ()  # the holders stuck in the kernel (`unkillable`)
+    hung: str = ""
 
 
 def reset(host: Host, entries: list[dict]) -> Reset:
@@ -211,8 +245,10 @@ def reset(host: Host, entries: list[dict]) -> Reset:
     said = []
     for q in entries:
         try:
-            out = host.run(NVIDIA_SMI, "-r", "-i", str(q.get("index")))
+            out = host.run(NVIDIA_SMI, "-r", "-i", str(q.get("index")), timeout=RESET_TIMEOUT_S)
         except CommandError as e:
+            if e.returncode == -1:  # the runner's timeout
+                return _hung(f"GPU {q.get('index')} reset", "nvidia-smi -r", RESET_TIMEOUT_S)
             # the first two lines name the GPU and why ("Unable to reset GPU <bus id>
             # because ...", or "The following GPUs could not be reset:" then the GPU)
             lines = [line.strip() for line in e.stderr.splitlines() if line.strip()]
@@ -221,65 +257,161 @@ def reset(host: Host, entries: list[dict]) -> Reset:
             if not any(w in e.stderr.lower() for w in IN_USE_WORDS):
                 return Reset(False, refused)
             apps = _compute_apps(host)
+            if apps is None:
+                return _hung(refused, f"nvidia-smi {COMPUTE_APPS[0]}", SMI_TIMEOUT_S)
+            apps = _on(entries, apps)
             holders = _holders(entries, apps)
             return Reset(False, refused, holders, words, tuple(pid for pid, _ in apps))
         said.append(next((line for line in out.splitlines() if line.strip()), "reset"))
     return Reset(True, "; ".join(said))
 
 
+def _hung(said: str, what: str, timeout: float) -> Reset:
+    hung = f"{what} did not answer within {timeout:.0f} s: the NVIDIA driver is hung"
+    return Reset(False, f"{said}: {hung}", hung=hung)
+
+
+def _on(entries: list[dict], apps: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The compute processes (`_compute_apps`) on the GPUs `entries` (by UUID)."""
+    uuids = {str(g.get("uuid")) for g in entries}
+    return [(pid, uuid) for pid, uuid in apps if uuid in uuids]
+
+
 def _holders(entries: list[dict], apps: list[tuple[str, str]]) -> tuple[str, ...]:
-    """`process <pid> on GPU <index>` for each compute process (`_compute_apps`)."""
+    """`process <pid> on GPU <index>` for each compute process on `entries` (`_on`)."""
     names = {str(g.get("uuid")): str(g.get("index")) for g in entries}
-    return tuple(f"process {pid} on GPU {names.get(uuid, uuid)}" for pid, uuid in apps)
+    return tuple(f"process {pid} on GPU {names[uuid]}" for pid, uuid in apps)
 
 
-def proc_state(host: Host, pid: str) -> str | None:
-    """Process `pid`'s state letter (proc_pid_stat(5) field 3); None: no such process."""
+def hung_task_s(host: Host) -> float:
+    """The hung-task window: the machine's hung_task_timeout_secs (HUNG_TASK_SYSCTL)."""
     try:
-        text = host.read(PROC_STAT.format(pid=pid))
-    except OSError:  # it ended between the check and the read (ESRCH)
-        return None
-    fields = (text or "").rpartition(")")[2].split()
+        value = int((host.read(HUNG_TASK_SYSCTL) or "").strip())
+    except (OSError, ValueError):
+        return HUNG_TASK_S
+    return min(float(value), HUNG_TASK_MAX_S) if value > 0 else HUNG_TASK_S
+
+
+def _state(stat: str | None) -> str | None:
+    """The state letter of a proc_pid_stat(5) line (field 3, after the LAST `)`)."""
+    fields = (stat or "").rpartition(")")[2].split()
     return fields[0] if fields else None
 
 
-def unkillable(host: Host, pids: tuple[str, ...], *, sleep: Callable[[float], None]) -> set[str]:
-    """The processes among `pids` in state D at every read over HUNG_TASK_S (PROC_STAT)."""
-    stuck = {pid for pid in pids if proc_state(host, pid) == UNKILLABLE_STATE}
+def threads(host: Host, pid: str) -> dict[str, tuple[str, int]] | None:
+    """{thread id: (state, context switches)} of process `pid`; None: no such process."""
+    try:
+        tids = [t.name for t in host.path(PROC_TASKS.format(pid=pid)).iterdir()]
+    except OSError:  # it ended (ENOENT, ESRCH)
+        return None
+    found = {}
+    for tid in sorted(t for t in tids if t.isdigit()):
+        try:
+            state = _state(host.read(TASK_STAT.format(pid=pid, tid=tid)))
+            status = host.read(TASK_STATUS.format(pid=pid, tid=tid)) or ""
+        except OSError:  # that thread ended between the listing and the read
+            continue
+        counts = [line.split()[-1] for line in status.splitlines() if line.startswith(SWITCHES)]
+        if state is not None:
+            found[tid] = (state, sum(int(c) for c in counts if c.isdigit()))
+    return found or None
+
+
+class _Watch(NamedTuple):
+    """What keeps a holder stuck so far: its zombie leader, its threads in D (switches)."""
+
+    zombie: bool
+    blocked: dict[str, int]
+
+    def then(self, pid: str, now: dict[str, tuple[str, int]] | None) -> _Watch | None:
+        """The same after one more read `now` (`threads`); None: it is not stuck."""
+        if now is None:
+            return None
+        zombie = self.zombie and now.get(pid, ("", 0))[0] == ZOMBIE
+        blocked = {
+            tid: count for tid, count in self.blocked.items() if now.get(tid) == (BLOCKED, count)
+        }
+        return _Watch(zombie, blocked) if zombie or blocked else None
+
+    def says(self, pid: str, window: float) -> str:
+        """Why process `pid` is stuck, for the unit's status."""
+        if self.blocked:
+            tid = min(self.blocked, key=int)
+            which = "it" if tid == pid else f"its thread {tid}"
+            return f"{which} has not left state D for {window:.0f} s"
+        return f"killed, it has been a zombie for {window:.0f} s"
+
+
+def unkillable(
+    host: Host, pids: tuple[str, ...], *, sleep: Callable[[float], None], window: float
+) -> dict[str, str]:
+    """{pid: why} for the processes among `pids` stuck in the kernel over `window` s.
+
+    Stuck (see PROC_TASKS): a thread in state D at every read with no context switch, or
+    a zombie main thread at every read (that nvidia-smi still lists: `watch_holders`).
+    """
+    first = {pid: threads(host, pid) for pid in pids}
+    watched = {
+        pid: _Watch(
+            found.get(pid, ("", 0))[0] == ZOMBIE,
+            {tid: count for tid, (state, count) in found.items() if state == BLOCKED},
+        )
+        for pid, found in first.items()
+        if found is not None
+    }
+    watched = {pid: w for pid, w in watched.items() if w.zombie or w.blocked}
     waited = 0.0
-    while stuck and waited < HUNG_TASK_S:
+    while watched and waited < window:
         sleep(CLIENTS_POLL_S)
         waited += CLIENTS_POLL_S
-        stuck = {pid for pid in stuck if proc_state(host, pid) == UNKILLABLE_STATE}
-    return stuck
+        after = {pid: w.then(pid, threads(host, pid)) for pid, w in watched.items()}
+        watched = {pid: w for pid, w in after.items() if w is not None}
+    return {pid: w.says(pid, window) for pid, w in watched.items()}
+
+
+def in_the_kernel(host: Host, pid: str) -> bool:
+    """Whether process `pid` has a thread in state D or a zombie main thread now."""
+    found = threads(host, pid) or {}
+    return found.get(pid, ("", 0))[0] == ZOMBIE or any(s == BLOCKED for s, _ in found.values())
 
 
 def watch_holders(
     host: Host, entries: list[dict], refused: Reset, *, sleep: Callable[[float], None]
 ) -> Reset:
-    """`refused` with its holders that no signal can stop (`stuck`), if any."""
-    stuck = unkillable(host, refused.pids, sleep=sleep)
+    """`refused` with its holders stuck in the kernel (`stuck`), if any.
+
+    Those nvidia-smi still lists on these GPUs once watched; nvidia-smi not answering
+    then is a driver hung (`hung`).
+    """
+    window = hung_task_s(host)
+    stuck = unkillable(host, refused.pids, sleep=sleep, window=window)
     if not stuck:
         return refused
-    apps = [(pid, uuid) for pid, uuid in _compute_apps(host) if pid in stuck]
-    found = _holders(entries, apps) or tuple(f"process {pid}" for pid in sorted(stuck))
-    said = f"{refused.said}; {', '.join(found)} stuck in the kernel (state D for "
-    return refused._replace(said=f"{said}{HUNG_TASK_S:.0f} s: unkillable)", stuck=found)
+    apps = _compute_apps(host)
+    if apps is None:
+        return _hung(refused.said, f"nvidia-smi {COMPUTE_APPS[0]}", SMI_TIMEOUT_S)
+    apps = [(pid, uuid) for pid, uuid in _on(entries, apps) if pid in stuck]
+    if not apps:  # they let go meanwhile: a live refusal
+        return refused
+    found = tuple(
+        f"{name} ({stuck[pid]})" for name, (pid, _) in zip(_holders(entries, apps), apps)
+    )
+    return refused._replace(said=f"{refused.said}; {', '.join(found)}", stuck=found)
 
 
 def unkillable_message(node: str, unit: str, entries: list[dict], refused: Reset) -> str:
-    """Blocked (or the action's failure): a reset cannot succeed while `stuck` holds the GPU.
+    """Blocked (or the action's failure): a reset cannot succeed now; a reboot clears it.
 
-    A failed repair (it counts toward escalation); a reboot clears it, and `repair-gpu`
-    reboots once a reset failed within the day (`choose` with REBOOT).
+    A holder stuck in the kernel (`stuck`) or a hung driver (`hung`): a failed repair (it
+    counts toward escalation); a reboot ends every process, and `repair-gpu` reboots once
+    a reset failed within the day (`choose` with REBOOT).
     """
     first = entries[0]
+    why = refused.hung or f"held by {', '.join(refused.stuck)}"
     return (
-        f"GPU {first.get('index')} ({first.get('uuid')}) cannot be reset: held by "
-        f"{', '.join(refused.stuck)}, stuck in the kernel (state D for {HUNG_TASK_S:.0f} s: "
-        f"no signal stops it); a failed repair; node {node} stays cordoned: a reboot "
-        f"clears it: `juju run {unit} repair-gpu` (it reboots at the next hook) or set "
-        f"gpu-auto-repair=reboot"
+        f"GPU {first.get('index')} ({first.get('uuid')}) cannot be reset: {why}; a failed "
+        f"repair; node {node} stays cordoned: a reboot clears it: `juju run {unit} "
+        f"repair-gpu` (it reboots at the next hook) or set gpu-auto-repair=reboot"
     )
 
 
@@ -329,16 +461,20 @@ def still_held(host: Host, entries: list[dict], records: list[dict]) -> Reset | 
     """The refusal to repeat without a new try; None: try the reset again.
 
     The last reset of these GPUs was refused because something held them, and nvidia-smi
-    still lists a compute process (the node was drained then and stays cordoned: it is
-    that holder, or one like it), none of them in state D now: one that is (an operator's
-    kill stuck in the kernel) is watched by a new try (`unkillable`), not waited for.
+    still lists a compute process on them (the node was drained then and stays cordoned:
+    it is that holder, or one like it), none of them in the kernel now (`in_the_kernel`):
+    one that is (an operator's kill stuck there) is watched by a new try (`unkillable`),
+    not waited for; nor is a driver whose nvidia-smi does not answer (the reset says it).
     """
     uuids = {q.get("uuid") for q in entries}
     last = next((r for r in reversed(records) if r.get("gpu_uuid") in uuids), None)
     if not last or (last.get("method"), last.get("result")) != (RESET, REFUSED):
         return None
     apps = _compute_apps(host)
-    if any(proc_state(host, pid) == UNKILLABLE_STATE for pid, _ in apps):
+    if apps is None:
+        return None
+    apps = _on(entries, apps)
+    if any(in_the_kernel(host, pid) for pid, _ in apps):
         return None
     holders = _holders(entries, apps)
     return Reset(False, str(last.get("detail") or ""), holders) if holders else None
@@ -355,11 +491,16 @@ def _client_pods(kube: Kube, node: str) -> list[str]:
     return [f"pod {p['metadata'].get('namespace')}/{p['metadata']['name']}" for p in pods]
 
 
-def _compute_apps(host: Host) -> list[tuple[str, str]]:
-    """The CUDA processes on the GPUs: (pid, GPU UUID) (`nvidia-smi --query-compute-apps`)."""
+def _compute_apps(host: Host) -> list[tuple[str, str]] | None:
+    """The CUDA processes on the GPUs: (pid, GPU UUID) (`nvidia-smi --query-compute-apps`).
+
+    None: nvidia-smi did not answer within SMI_TIMEOUT_S (a hung driver).
+    """
     try:
-        out = host.run(NVIDIA_SMI, *COMPUTE_APPS)
-    except CommandError:
+        out = host.run(NVIDIA_SMI, *COMPUTE_APPS, timeout=SMI_TIMEOUT_S)
+    except CommandError as e:
+        if e.returncode == -1:  # the runner's timeout
+            return None
         return []  # the reset's own answer says what holds the GPU
     rows = [[f.strip() for f in line.split(",")] for line in out.splitlines()]
     return [(r[0], r[1] if len(r) > 1 else "") for r in rows if r[0].isdigit()]
@@ -367,7 +508,10 @@ def _compute_apps(host: Host) -> list[tuple[str, str]]:
 
 def _compute_processes(host: Host) -> list[str]:
     """The CUDA processes on the GPUs, for the log."""
-    return [f"process {pid}" for pid, _ in _compute_apps(host)]
+    apps = _compute_apps(host)
+    if apps is None:
+        return [f"nvidia-smi not answering within {SMI_TIMEOUT_S:.0f} s"]
+    return [f"process {pid}" for pid, _ in apps]
 
 
 def _clients_for(node: str, purpose: str) -> str:

@@ -244,8 +244,10 @@ class GpuRepairs(ops.Object):
             if config.gpu_auto_repair != gpu_repair.REBOOT:
                 return self._reset_failed(host, limit, node, held, done)
             # With `reboot` any refusal is followed by the reboot, and the gate judges it:
-            # none ran, no failed repair (whatever holds the GPU ends with the reboot).
-            self._record_failure(host, held, gpu_repair.RESET, done.said, gpu_repair.REFUSED)
+            # none ran, no failed repair (whatever holds the GPU ends with the reboot); a
+            # reset nvidia-smi did not answer (a hung driver) is a failed one.
+            result = "failed" if done.hung else gpu_repair.REFUSED
+            self._record_failure(host, held, gpu_repair.RESET, done.said, result)
         self._reboot(host, node, held, reason)
 
     def _reset_failed(
@@ -255,16 +257,17 @@ class GpuRepairs(ops.Object):
 
         Refused because something holds the GPU: none ran, no failed repair (which would
         count toward escalation); the operator stops it, and no reset is tried while it
-        holds (gpu_repair.still_held). A holder no signal stops (gpu_repair.unkillable,
-        watched here) makes it a failed repair that only a reboot repairs: said, counted,
-        and tried again at the next hook (the holder may be gone), then escalated.
+        holds (gpu_repair.still_held). A holder stuck in the kernel (gpu_repair.unkillable,
+        watched here) or a hung driver (gpu_repair.Reset.hung) makes it a failed repair
+        that only a reboot repairs: said, counted, and tried again at the next hook (the
+        holder may be gone), then escalated.
         """
         if done.holders is not None:
             done = gpu_repair.watch_holders(host, held, done, sleep=self._sleep)
-        refused = done.holders is not None and not done.stuck
+        refused = done.holders is not None and not done.stuck and not done.hung
         result = gpu_repair.REFUSED if refused else "failed"
         self._record_failure(host, held, gpu_repair.RESET, done.said, result=result)
-        if done.holders is None:
+        if done.holders is None and not done.hung:
             return ops.WaitingStatus(f"node {node} stays cordoned: {done.said}; retried")
         self.turns.done(limit, REPAIR)  # the node stays cordoned
         if refused:
@@ -521,36 +524,54 @@ class GpuRepairs(ops.Object):
             event.log("only a reboot can repair it: the next hook reboots in a turn")
             return
         if not self.turns.request(reason, limit, REPAIR):
+            self.turns.done(limit, REPAIR)  # no turn kept for a node not drained
             event.fail(self.turns.waiting_message(reason, limit, REPAIR) + "; run it again")
             return
+        status = self._action_repair(event, host, config, node, held, reason, params.timeout)
+        if not isinstance(status, ops.ActiveStatus):
+            pending = str((gpu_repair.load_progress(host) or {}).get("method") or "")
+            if not pending.startswith(GATE_PENDING):  # only a gate that waits keeps the turn
+                self.turns.done(limit, REPAIR)  # the node stays cordoned
+            if status is not None:
+                event.fail(status.message)
+            return
+        # the leader lifts the NoExecute taint, unless a fault came during the gate
+        self._cluster.publish_quarantine(gpu_health.quarantine_request(host, None) or [])
+        event.set_results({"repair": "reset", "node": node, "readmitted": status.message})
+
+    def _action_repair(
+        self,
+        event: ops.ActionEvent,
+        host: Host,
+        config: WorkerConfig,
+        node: str,
+        held: list[dict],
+        reason: str,
+        timeout: float,
+    ) -> ops.StatusBase | None:
+        """The action's drain, reset and gate: the unit's status, or None with it failed."""
         try:
             event.log(f"draining node {node}")
             self._drain(host, config, node, reason)
             event.log(gpu_repair.pausing(node, PAUSE_RESET))
             said = self._action_reset(event, host, node, held, reason)
             if said is None:
-                return
+                return None
             event.log(said)
-            status = self._prove(
+            return self._prove(
                 host,
                 config,
                 node,
                 held,
                 gpu_repair.RESET,
                 said,
-                timeout=params.timeout,
+                timeout=timeout,
                 progress=event.log,
-                mig_wait_s=params.timeout,
+                mig_wait_s=timeout,
             )
         except (StatusError, NodeMaintenanceError, KubeError) as e:
             event.fail(f"repair of node {node} stopped: {e}")
-            return
-        if not isinstance(status, ops.ActiveStatus):
-            event.fail(status.message)
-            return
-        # the leader lifts the NoExecute taint, unless a fault came during the gate
-        self._cluster.publish_quarantine(gpu_health.quarantine_request(host, None) or [])
-        event.set_results({"repair": "reset", "node": node, "readmitted": status.message})
+            return None
 
     def _action_reset(
         self, event: ops.ActionEvent, host: Host, node: str, held: list[dict], reason: str
@@ -560,7 +581,7 @@ class GpuRepairs(ops.Object):
         if done.holders is not None and done.pids:  # is one stuck in the kernel?
             event.log(f"{done.said}; watching {', '.join(done.holders)}")
             done = gpu_repair.watch_holders(host, held, done, sleep=self._sleep)
-        if done.stuck:  # a failed repair: only a reboot ends it (gpu_repair.unkillable)
+        if done.stuck or done.hung:  # a failed repair only a reboot ends (unkillable)
             self._record_failure(host, held, gpu_repair.RESET, done.said)
             unit = self.model.unit.name
             event.fail(gpu_repair.unkillable_message(node, unit, held, done))

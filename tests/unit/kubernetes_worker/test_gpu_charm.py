@@ -2538,13 +2538,14 @@ def test_a_reset_refused_by_a_client_nvidia_smi_lists_as_no_process_says_so_and_
     assert driver.resets == [1] and "repaired by reset" in out.unit_status.message
 
 
-# A holder no signal stops (gpu_repair.unkillable): state D in /proc/<pid>/stat over
-# gpu_repair.HUNG_TASK_S, as CUDA processes are left on a GPU that stopped answering.
+# A holder stuck in the kernel (gpu_repair.unkillable): its worker thread in state D with
+# no context switch over gpu_repair.HUNG_TASK_S (the main thread waits in S), as CUDA
+# processes are left on a GPU that stopped answering.
+HOLDER_STUCK = "process 4201 on GPU 1 (its thread 5201 has not left state D for 120 s)"
 STUCK = (
-    f"GPU 1 ({QUARANTINED_GPU}) cannot be reset: held by process 4201 on GPU 1, stuck in the "
-    "kernel (state D for 120 s: no signal stops it); a failed repair; node ip-10-0-1-17 stays "
-    "cordoned: a reboot clears it: `juju run kubernetes-worker/0 repair-gpu` (it reboots at "
-    "the next hook) or set gpu-auto-repair=reboot"
+    f"GPU 1 ({QUARANTINED_GPU}) cannot be reset: held by {HOLDER_STUCK}; a failed repair; "
+    "node ip-10-0-1-17 stays cordoned: a reboot clears it: `juju run kubernetes-worker/0 "
+    "repair-gpu` (it reboots at the next hook) or set gpu-auto-repair=reboot"
 )
 
 
@@ -2571,9 +2572,7 @@ def test_a_reset_held_by_a_process_stuck_in_the_kernel_fails_escalates_and_repai
     assert clock.slept - slept >= gpu_repair.HUNG_TASK_S  # watched, not judged at one read
     (failed,) = watcher_state(machine)["repairs"]
     assert (failed["method"], failed["result"]) == ("reset", "failed")
-    assert failed["detail"].endswith(
-        "; process 4201 on GPU 1 stuck in the kernel (state D for 120 s: unkillable)"
-    )
+    assert failed["detail"].endswith(f"; {HOLDER_STUCK}")
     assert watcher_state(machine)["repair_counts"] == {f"{QUARANTINED_GPU}|1|reset|failed": 1}
     assert "reboot-request" not in reboots_relation(out).local_unit_data  # turn given back
     assert node(api)["spec"]["unschedulable"] is True and reboots == []
@@ -2585,7 +2584,7 @@ def test_a_reset_held_by_a_process_stuck_in_the_kernel_fails_escalates_and_repai
     assert out.unit_status.name == "blocked"
     assert out.unit_status.message.startswith("GPU repairs failed 2 times within 24 hours (")
     assert out.unit_status.message.endswith(
-        "unkillable)); no reboot was tried: `juju run kubernetes-worker/0 repair-gpu` reboots "
+        "for 120 s)); no reboot was tried: `juju run kubernetes-worker/0 repair-gpu` reboots "
         "at the next hook; node ip-10-0-1-17 stays cordoned: replace this machine: `juju "
         "add-unit kubernetes-worker --to zone=us-east-1a` then `juju remove-unit "
         "kubernetes-worker/0`"
@@ -2714,6 +2713,215 @@ def test_repair_gpu_held_by_a_stuck_process_fails_the_repair_and_run_again_reboo
     assert (record["method"], record["result"]) == ("reset", "failed")
     ctx.run(ctx.on.action("repair-gpu", params={"timeout": 60}), state)
     assert ctx.action_results == {"repair": "reboot", "node": NODE}
+
+
+# rereview44b F1: nvidia-smi on a hung driver hangs in state D itself (FakeDriver.hung)
+HUNG = (
+    f"GPU 1 ({QUARANTINED_GPU}) cannot be reset: nvidia-smi -r did not answer within 120 s: "
+    "the NVIDIA driver is hung; a failed repair; node ip-10-0-1-17 stays cordoned: a reboot "
+    "clears it: `juju run kubernetes-worker/0 repair-gpu` (it reboots at the next hook) or "
+    "set gpu-auto-repair=reboot"
+)
+
+
+def _repair_smi_calls(machine):
+    """The nvidia-smi the repair ran itself (not through `sh`, as nvidia.py does)."""
+    return [c for c in machine.runner.calls if c.argv[0] == "nvidia-smi"]
+
+
+def test_a_reset_that_never_answers_is_a_failed_repair_each_nvidia_smi_bounded(
+    ctx, machine, api, driver, ctr, wall, clock, reboots
+):
+    """A reset whose nvidia-smi never answers neither holds the hook for ever nor is refused.
+
+    Every nvidia-smi the repair runs asks for a bound of its own (DEFAULT_TIMEOUT is 30 min
+    and a killed nvidia-smi in state D was waited for without end); no answer within it
+    on a quarantined GPU is a hung driver: a failed repair that only a reboot clears.
+    """
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    state = with_peers(state, peers(turns=[UNIT]))
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.reset_hangs = {1}
+    before = len(machine.runner.calls)
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert out.unit_status == testing.BlockedStatus(HUNG)
+    (failed,) = watcher_state(machine)["repairs"]
+    assert (failed["method"], failed["result"]) == ("reset", "failed")
+    assert "reboot-request" not in reboots_relation(out).local_unit_data  # turn given back
+    smi = [c for c in machine.runner.calls[before:] if c.argv[0] == "nvidia-smi"]
+    assert smi and all(c.timeout is not None and c.timeout <= 120 for c in smi)
+    assert [t for _, t in driver.hung_calls] == [120.0] and reboots == []
+
+    wall[0] += 600
+    out = ctx.run(ctx.on.update_status(), out)  # tried again, hangs again: escalated
+    assert out.unit_status.message.startswith("GPU repairs failed 2 times within 24 hours (")
+    assert "no reboot was tried: `juju run kubernetes-worker/0 repair-gpu`" in (
+        out.unit_status.message
+    )
+
+
+def test_repair_gpu_on_a_driver_whose_nvidia_smi_hangs_fails_and_gives_its_turn_back(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """leptonai/gpud#117: every nvidia-smi hangs; the action ends, bounded, and says why."""
+    state = joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR)
+    state = with_peers(state, peers(turns=[UNIT]))
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use, driver.hung = {1}, {1}
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("repair-gpu", params={"timeout": 60}), state)
+
+    assert failed.value.message == HUNG
+    assert driver.hung_calls and all(t <= 120 for _, t in driver.hung_calls)
+    out = failed.value.state
+    assert out is not None and "reboot-request" not in reboots_relation(out).local_unit_data
+    (record,) = watcher_state(machine)["repairs"]
+    assert (record["method"], record["result"]) == ("reset", "failed")
+    ctx.run(ctx.on.action("repair-gpu", params={"timeout": 60}), out)
+    assert ctx.action_results == {"repair": "reboot", "node": NODE}
+
+
+def test_a_hung_driver_under_reboot_is_a_failed_reset_then_the_reboot(
+    ctx, machine, api, driver, ctr, wall, clock, reboots
+):
+    state = joined_gpu_node(ctx, api, driver)
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.reset_hangs = {1}
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert reboots == [False] and out.unit_status.message.startswith("rebooting: GPU 1")
+    (failed,) = watcher_state(machine)["repairs"]
+    assert (failed["method"], failed["result"]) == ("reset", "failed")
+    assert failed["detail"].endswith(
+        "nvidia-smi -r did not answer within 120 s: the NVIDIA driver is hung"
+    )
+    driver.reboot()
+    out = ctx.run(ctx.on.start(), out)
+    assert "repaired by reboot" in out.unit_status.message
+
+
+def test_a_process_stuck_on_another_gpu_neither_fails_nor_escalates_a_refused_reset(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """rereview44b F2: only the quarantined GPUs' holders are watched and named.
+
+    GPU 1 is quarantined and held by a live process; a process on healthy GPU 0 hangs in
+    the kernel (a pod's read of a dead NFS mount whose drain timed out). It was watched,
+    turned the refusal into a failed repair, then an escalation, and was named "GPU GPU-...".
+    """
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use, driver.stuck = {0, 1}, {0}
+    blocked = testing.BlockedStatus(
+        f"GPU 1 ({QUARANTINED_GPU}) reset refused: held by process 4201 on GPU 1; node "
+        "ip-10-0-1-17 stays cordoned: stop process 4201 on GPU 1, or set "
+        "gpu-auto-repair=reboot"
+    )
+    slept = clock.slept
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert out.unit_status == blocked
+    assert clock.slept - slept < gpu_repair.HUNG_TASK_S  # GPU 0's process is not watched
+    wall[0] += 600
+    out = ctx.run(ctx.on.update_status(), out)  # still held by a live process: no new try
+    assert out.unit_status == blocked
+    results = [(r["method"], r["result"]) for r in watcher_state(machine)["repairs"]]
+    assert results == [("reset", "refused")]
+
+
+def test_a_thread_in_state_d_that_keeps_switching_is_a_live_holder_refused(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """kernel/hung_task.c check_hung_task: a task that switched in the window is not hung.
+
+    (A driver's polling wait sleeps in D again and again.)
+    """
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use, driver.waking = {1}, {1}
+    driver.tick()
+    clock.meanwhile.append(driver.tick)
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert out.unit_status.message.startswith(
+        f"GPU 1 ({QUARANTINED_GPU}) reset refused: held by process 4201 on GPU 1;"
+    )
+    (refused,) = watcher_state(machine)["repairs"]
+    assert refused["result"] == "refused"
+
+
+def test_a_killed_holder_whose_thread_stays_in_the_kernel_is_a_zombie_and_fails_the_repair(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """rereview44b F3 (b): after the operator's kill -9 the main thread is a zombie (`Z`).
+
+    Read from /proc/<pid>/stat alone it was no holder in D, and the unit asked for ever
+    to stop a process that was already killed.
+    """
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use, driver.waking = {1}, {1}
+    clock.meanwhile.append(driver.tick)
+    out = ctx.run(ctx.on.update_status(), state)
+    assert out.unit_status.message.startswith(f"GPU 1 ({QUARANTINED_GPU}) reset refused")
+
+    driver.kill(1)  # as the status asks; its thread stays in the driver
+    wall[0] += 600
+    out = ctx.run(ctx.on.update_status(), out)
+
+    assert out.unit_status == testing.BlockedStatus(
+        f"GPU 1 ({QUARANTINED_GPU}) cannot be reset: held by process 4201 on GPU 1 (killed, "
+        "it has been a zombie for 120 s); a failed repair; node ip-10-0-1-17 stays cordoned: "
+        "a reboot clears it: `juju run kubernetes-worker/0 repair-gpu` (it reboots at the "
+        "next hook) or set gpu-auto-repair=reboot"
+    )
+    results = [(r["method"], r["result"]) for r in watcher_state(machine)["repairs"]]
+    assert results == [("reset", "refused"), ("reset", "failed")]
+
+
+def test_the_watch_lasts_the_machines_hung_task_timeout(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """rereview44b F5: kernel.hung_task_timeout_secs; 0 (the detector off) means the default."""
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use, driver.stuck = {1}, {1}
+    machine.write(gpu_repair.HUNG_TASK_SYSCTL, "60\n")
+    slept = clock.slept
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert "(its thread 5201 has not left state D for 60 s)" in out.unit_status.message
+    assert 60 <= clock.slept - slept < gpu_repair.HUNG_TASK_S
+    machine.write(gpu_repair.HUNG_TASK_SYSCTL, "0\n")
+    wall[0] += 600
+    out = ctx.run(ctx.on.update_status(), out)
+    assert "not left state D for 120 s" in out.unit_status.message
+
+
+def test_a_refused_repair_gpu_gives_its_turn_back_under_gpu_auto_repair_off(
+    ctx, machine, api, driver, ctr, wall, clock
+):
+    """rereview44b F4: a failed action kept its turn, and no hook under `off` gave it back.
+
+    (It counted against max-parallel-reboots until someone ran the action again.)
+    """
+    state = with_peers(joined_gpu_node(ctx, api, driver, NO_AUTO_REPAIR), peers(turns=[UNIT]))
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.gpu_in_use = {1}  # a live holder: the reset is refused
+
+    with pytest.raises(testing.ActionFailed) as failed:
+        ctx.run(ctx.on.action("repair-gpu", params={"timeout": 60}), state)
+
+    assert failed.value.message.startswith(f"GPU 1 ({QUARANTINED_GPU}) reset refused")
+    assert failed.value.state is not None
+    assert "reboot-request" not in reboots_relation(failed.value.state).local_unit_data
 
 
 def test_a_reset_refused_for_another_reason_under_reset_is_a_failed_repair(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,53 @@ def test_a_command_given_no_timeout_still_ends_with_one(monkeypatch):
         SubprocessRunner().run([sys.executable, "-c", "import time; time.sleep(30)"])
     assert failure.value.returncode == -1
     assert failure.value.last_line == "timed out after 0.5s"
+
+
+def _state(pid: int) -> str | None:
+    """Process `pid`'s state letter (proc_pid_stat(5) field 3), None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def test_a_timeout_kills_the_whole_process_group_of_the_program(tmp_path):
+    # `sh -c` runs the real program as its child (nvidia.py runs nvidia-smi so): killing
+    # the shell alone would leave that child running, holding its GPU or its lock
+    pidfile = tmp_path / "pid"
+    script = f"sleep 30 & echo $! > {pidfile}; wait"
+    with pytest.raises(CommandError) as failure:
+        SubprocessRunner().run(["/bin/sh", "-c", script], timeout=1)
+    assert failure.value.last_line == "timed out after 1s"
+    grandchild = int(pidfile.read_text())
+    for _ in range(50):
+        if _state(grandchild) in (None, "Z"):
+            break
+        time.sleep(0.05)
+    assert _state(grandchild) in (None, "Z")  # killed (a zombie until init reaps it)
+
+
+def test_a_killed_program_that_does_not_end_is_given_up_after_a_few_seconds(monkeypatch):
+    """leptonai/gpud#117: nvidia-smi on a hung driver sits in state D and takes no signal.
+
+    A program no kill reaches (the kill made a no-op here; in state D it is not a process
+    that ignores it) made `subprocess.run` wait for it for ever, holding the hook.
+    """
+    from charms.gpu_k8s.v0 import system
+
+    monkeypatch.setattr(system, "KILL_WAIT_S", 0.3)
+    monkeypatch.setattr(system.os, "killpg", lambda pid, sig: None)  # the kill never lands
+    started = time.monotonic()
+    with pytest.raises(CommandError) as failure:
+        SubprocessRunner().run(["sleep", "20"], timeout=0.3)
+    assert time.monotonic() - started < 5
+    assert failure.value.returncode == -1
+    (left,) = system.ABANDONED
+    assert left.poll() is None  # still running: left to init
+    monkeypatch.undo()
+    left.kill()
+    left.wait()
+    system.ABANDONED.remove(left)
 
 
 def test_subprocess_runner_passes_input_and_env():

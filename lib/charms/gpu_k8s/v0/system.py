@@ -24,7 +24,9 @@ Also here, because every charm needs them and they are about the machine and its
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -34,7 +36,9 @@ from typing import Protocol, TypeVar
 
 LIBID = "3dec0f436d2c448586bd6ef84b7629c5"
 LIBAPI = 0
-LIBPATCH = 6
+LIBPATCH = 7
+
+logger = logging.getLogger(__name__)
 
 SYSTEMCTL = "/usr/bin/systemctl"
 # The longest any program may run when its caller names no timeout of its own (seconds).
@@ -44,6 +48,18 @@ SYSTEMCTL = "/usr/bin/systemctl"
 # install of the NVIDIA driver on a slow mirror; callers that know better pass less.
 # A timeout is a `CommandError` (exit status -1), which each caller turns into a status.
 DEFAULT_TIMEOUT = 1800.0
+# How long a timed-out program, killed, is waited for before it is given up. A program in
+# the kernel's uninterruptible sleep (state D: nvidia-smi on a hung NVIDIA driver,
+# leptonai/gpud#117) takes no signal until it leaves it, maybe never, and CPython's
+# `subprocess.run` waits for the killed child without a bound (Lib/subprocess.py run():
+# `process.kill()` then `process.wait()`, and Popen.__exit__ `self.wait()` again; as in the
+# python3.12 of Ubuntu 24.04, the charms' base): the hook would never end. So
+# `SubprocessRunner` kills the program's process group (coreutils src/timeout.c puts its
+# command in a group of its own "so all subprocesses can be killed"), waits this long, then
+# leaves the child (kept in `ABANDONED`, so Python neither waits for it nor warns); once
+# the hook's process ends, init reaps it.
+KILL_WAIT_S = 5.0
+ABANDONED: list[subprocess.Popen] = []
 
 T = TypeVar("T")
 
@@ -101,28 +117,35 @@ class SubprocessRunner:
     ) -> str:
         """Run `argv` with subprocess; raise `CommandError` carrying stderr on failure.
 
-        Without a `timeout` it gets `DEFAULT_TIMEOUT`: nothing runs unbounded.
+        Without a `timeout` it gets `DEFAULT_TIMEOUT`: nothing runs unbounded, and a
+        program that outlives its kill is given up after KILL_WAIT_S (`_give_up`).
         """
         full_env = {**os.environ, **env} if env else None
         if timeout is None:
             timeout = DEFAULT_TIMEOUT
         try:
-            done = subprocess.run(
+            child = subprocess.Popen(
                 argv,
-                input=input,
+                stdin=subprocess.PIPE if input is not None else None,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 env=full_env,
-                timeout=timeout,
-                check=True,
-                capture_output=True,
                 text=True,
+                start_new_session=True,  # its own process group: a timeout ends them all
             )
-        except subprocess.CalledProcessError as e:
-            raise CommandError(argv, e.returncode, e.stderr or "") from None
-        except subprocess.TimeoutExpired:
-            raise CommandError(argv, -1, f"timed out after {timeout}s") from None
         except FileNotFoundError:
             raise CommandError(argv, 127, f"{argv[0]}: not found") from None
-        return done.stdout
+        try:
+            stdout, stderr = child.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _give_up(child)
+            raise CommandError(argv, -1, f"timed out after {timeout}s") from None
+        except BaseException:
+            _give_up(child)
+            raise
+        if child.returncode:
+            raise CommandError(argv, child.returncode, stderr or "")
+        return stdout
 
     def request(self, path: str, text: str, *, timeout: float) -> str:
         """Send `text` to the Unix stream socket `path`, then read until the peer closes.
@@ -145,6 +168,23 @@ class SubprocessRunner:
         except OSError as e:
             raise CommandError(argv, e.errno or -1, e.strerror or str(e)) from None
         return b"".join(chunks).decode(errors="replace")
+
+
+def _give_up(child: subprocess.Popen) -> None:
+    """Kill `child`'s process group, wait at most KILL_WAIT_S, then leave it (`ABANDONED`)."""
+    if child.poll() is None:  # not reaped: its pid, its group's id, is still its own
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        child.wait(timeout=KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        logger.warning("%s did not end %ss after SIGKILL: left to init", child.args, KILL_WAIT_S)
+        ABANDONED.append(child)
+    for pipe in (child.stdin, child.stdout, child.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 @dataclasses.dataclass(frozen=True)
