@@ -293,7 +293,9 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   `pod-security.kubernetes.io/*` labels), then the ValidatingAdmissionPolicies stored
   (`admit_controller_pod`: as the Job controller's ServiceAccount, kube-system:
   job-controller, or the ReplicaSet controller's for a Deployment's pod, the pod as they
-  create it: not bound yet, the scheduler binds it), before it is stored. Neither
+  create it: not bound yet, the scheduler binds it) and last the ResourceQuota plugin's
+  object counts (`pods`, `count/pods`: fakes/kube_quota.py, the 403 `pods "<name>" is
+  forbidden: exceeded quota: ...`), before it is stored. Neither
   DefaultTolerationSeconds nor ExtendedResourceToleration runs here (their tolerations
   are not added: fakes/taint_eviction.py). A pod any of these refuses
   (or the namespace's enforce level) is not created; the controller records a Warning
@@ -301,7 +303,18 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   (or the Deployment, see D1) and tries again next tick (kubernetes pkg/controller/
   controller_utils.go RealPodControl.createPods, FailedCreatePodReason; the PodSecurity
   plugin admits pods on create whoever asks, plugin/pkg/admission/security/podsecurity/
-  admission.go). `refused` lists those messages.
+  admission.go). `refused` lists those messages. Nothing else changes: the Job gets no
+  condition and stays active, its Workload admitted, until a later try is admitted
+  (kubernetes pkg/controller/job/job_controller.go at 6ae037f, a stored commit near
+  1.36: manageJob decrements its expectations and returns the error, syncJob returns
+  it after writing the status, and the Job is queued again with the queue's backoff,
+  DefaultJobApiBackOff 1 s doubling to MaxJobApiBackOff 1 min, or sooner when one of its
+  pods changes: a tick stands for that wait). B10 A controller creates its pods in slow-
+  start batches, the first of one (controller.SlowStartInitialBatchSize), each twice the
+  last, and after a batch with a refusal skips the rest until its next sync (job_
+  controller.go manageJob; pkg/controller/replicaset/replica_set.go slowStartBatch, at
+  3e4a790): so a Job or Deployment refused creates no other pod that tick, and records
+  one FailedCreate per try, not one per missing pod.
 
 Deployment controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/
 deployment/, /docs/concepts/workloads/pods/pod-lifecycle/):
@@ -419,6 +432,24 @@ TF_IMAGES: dict[str, set[str]] = {
     "tensorflow/serving:2.20.0": _SERVING,
     "tensorflow/serving:2.20.0-gpu": _SERVING,
 }
+
+
+def _slow_start(tries: list[Callable[[], bool]]) -> int:
+    """B10: `tries` in batches of 1, 2, 4, ...; none after a batch with a refusal.
+
+    kubernetes pkg/controller/replicaset/replica_set.go slowStartBatch and job_controller.go
+    manageJob (controller.SlowStartInitialBatchSize 1): every try of a batch is made, the
+    next batch only when all succeeded. Returns how many succeeded.
+    """
+    done, size = 0, 1
+    while tries:
+        batch, tries = tries[:size], tries[size:]
+        results = [attempt() for attempt in batch]
+        done += sum(results)
+        if not all(results):
+            break
+        size *= 2
+    return done
 
 
 def _true(obj: dict, kind: str) -> bool:
@@ -1198,7 +1229,8 @@ class BatchControllers:
         The Priority plugin (`fakes.kube_priority`, mutating) first, then validation (the
         enums, `fakes.kube_enums`), as the registry's BeforeCreate runs before the
         validating admission plugins, then PodSecurity, then the ValidatingAdmission-
-        Policies, which see the pod unbound as its controller creates it.
+        Policies, which see the pod unbound as its controller creates it, then the
+        ResourceQuota plugin's counts (`admit_controller_pod`).
         """
         namespace = self.api.get_object(f"/api/v1/namespaces/{self.ns}")
         try:
@@ -2761,11 +2793,14 @@ class BatchControllers:
                 for p in pods
                 if _active(p) or _phase(p) == "Succeeded" or (waits and _terminating(p))
             }
-            for index in range(job["spec"]["completions"]):  # B1
-                if index in have or created >= self.per_tick:
-                    continue
-                created += int(self._create_pod(job, index))
+            missing = [i for i in range(job["spec"]["completions"]) if i not in have]  # B1
+            room = max(self.per_tick - created, 0)
+            created += _slow_start([self._creates(job, i) for i in missing[:room]])  # B10
         return created
+
+    def _creates(self, job: dict, index: int | None) -> Callable[[], bool]:
+        """A try at the Job's pod of `index` (`_create_pod`), for `_slow_start`."""
+        return lambda: self._create_pod(job, index)
 
     def _non_indexed(self, job: dict, pods: list[dict]) -> int:
         """B6: a NonIndexed Job; returns the pods it created."""
@@ -2791,7 +2826,7 @@ class BatchControllers:
         want = job["spec"].get("parallelism", 1)  # manageJob's wantActive
         if completions is not None:
             want = min(want, completions - succeeded)
-        return sum(int(self._create_pod(job, None)) for _ in range(want - active))
+        return _slow_start([self._creates(job, None)] * max(want - active, 0))  # B10
 
     def _retry(self, pods: list[dict]) -> None:
         """The scheduler binds a Pending pod once a node can take it."""
@@ -3072,10 +3107,16 @@ class BatchControllers:
         frameworks = self._frameworks()
         for deployment in deployments:
             owned = self._owned(deployment, pods)
-            for _ in range(int(deployment["spec"].get("replicas", 1)) - len(owned)):
-                pod = self._replica(deployment, deployment["spec"]["template"], frameworks)
-                if self._admitted(pod, deployment):
-                    self._create(pod)
+            missing = int(deployment["spec"].get("replicas", 1)) - len(owned)
+            _slow_start([lambda d=deployment: self._add_replica(d, frameworks)] * missing)
+
+    def _add_replica(self, deployment: dict, frameworks: set[str]) -> bool:
+        """D1 (B8: admitted first); whether the pod was created."""
+        pod = self._replica(deployment, deployment["spec"]["template"], frameworks)
+        if not self._admitted(pod, deployment):
+            return False
+        self._create(pod)
+        return True
 
     def _replica(self, deployment: dict, template: dict, frameworks: set[str]) -> dict:
         """D1: a new pod of the Deployment, through Kueue's pod webhook (K12), placed."""

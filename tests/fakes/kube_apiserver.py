@@ -53,10 +53,11 @@ Differences from a real API server (on purpose, to stay small and deterministic)
   ValidatingAdmissionPolicies on writes and deletes) as kube_admission.py says, for what
   comes over HTTP, and last the ResourceQuota plugin's object counts (kube_quota.py: each
   quota's status kept at every write of its namespace; what the tests' controllers store
-  with `put_object` is counted, never refused); `put_object`'s seeds are decoded and
-  validated as a strict create (`_check_seed`: no authorization or admission plugin);
-  `warnings` records the `Warning` headers answered and `admission.audit` PodSecurity's
-  audit annotations;
+  with `put_object` is counted, and refused only where they ask first: the pods of the
+  fake Job and Deployment controllers, `admit_controller_pod`); `put_object`'s seeds are
+  decoded and validated as a strict create (`_check_seed`: no authorization or admission
+  plugin); `warnings` records the `Warning` headers answered and `admission.audit`
+  PodSecurity's audit annotations;
 - for kinds with a status subresource, writes to the main resource keep the stored status
   (like the real server); use `put_object` or the `/status` subresource to set it;
 - an eviction (`pods/eviction`) is answered as eviction.go answers it (`_evict`: the
@@ -1989,11 +1990,17 @@ class FakeKubeApiServer:
             self.admit_priority(operation, obj, old)
 
     def admit_controller_pod(self, account: str, pod: dict) -> None:
-        """The ValidatingAdmissionPolicies on an emulated controller's pod CREATE (batch.py).
+        """The last validating plugins on an emulated controller's pod CREATE (batch.py).
 
         As kube-apiserver admits it from kube-controller-manager's controller `account`
-        (its ServiceAccount in kube-system: kubeadm's --use-service-account-credentials),
-        a 403 ApiError when a policy denies it.
+        (its ServiceAccount in kube-system: kubeadm's --use-service-account-credentials):
+        the ValidatingAdmissionPolicies, then the ResourceQuota plugin (`_admit_quota`, as
+        for any create: whoever asks), each a 403 ApiError when it refuses. The pod is
+        counted as created (its status is the server's: a new pod is never terminal, so
+        it asks for `pods` and `count/pods`). Its name is the generated one: validating
+        admission sees the name generateName gave (k8s.io/apiserver v0.36.3 pkg/registry/
+        rest/create.go AdmissionToValidateObjectFunc, "in case the generated name is
+        populated"), which the quota's message names.
         """
         user = UserInfo(
             f"system:serviceaccount:kube-system:{account}",
@@ -2001,10 +2008,12 @@ class FakeKubeApiServer:
         ).authenticated()
         meta = pod["metadata"]
         target = Target("v1", "pods", meta["namespace"], meta["name"], "", self.resources)
+        created = {k: v for k, v in pod.items() if k != "status"}
         with self._lock:
             self.admission.policies.admit(
                 self._stored, user, "CREATE", target, pod, None, namespace_of=self._namespace
             )
+            self._admit_quota(target, created, meta["namespace"])
 
     def admit_priority(self, operation: str, pod: dict, old: dict | None = None) -> None:
         """The Priority admission plugin on `pod` (changed in place), as a write admits it.
