@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import manifests
 import params
+import serving
+from charm_modules import load
 from conftest import CLAIM, JOBSETS, NS, add_nodes, jobset, node
+
+from fakes import kube_quota
 
 CTX = manifests.Context(
     namespace=NS,
@@ -158,3 +162,110 @@ def test_a_refused_job_tries_in_slow_start_batches(api, controller):
     assert len(_workers(api)) == 2
     assert len(controller.refused) == 2
     assert len(_failed_creates(api)) == 2
+
+
+# -- the default counts (team_quota.COUNTS) hold the workload they are sized for ----------
+
+team_quota = load("kubernetes-control-plane", "team_quota")
+# What the cluster's controllers store for what the charm applies, by kind: (group, resource)
+_RESOURCES = {
+    "JobSet": ("jobset.x-k8s.io", "jobsets"),
+    "Job": ("batch", "jobs"),
+    "Pod": ("", "pods"),
+    "Deployment": ("apps", "deployments"),
+    "ReplicaSet": ("apps", "replicasets"),
+    "Service": ("", "services"),
+    "ConfigMap": ("", "configmaps"),
+    "NetworkPolicy": ("networking.k8s.io", "networkpolicies"),
+    "Workload": ("kueue.x-k8s.io", "workloads"),
+}
+
+
+def _stored(manifest: dict, phase: str = "Running", history: int = 1) -> list[tuple]:
+    """(group, resource, object) of `manifest` and of what the controllers make of it.
+
+    A JobSet: its Kueue Workload (one per job, K1), its headless Service (jobset v0.12.0
+    jobset_controller.go createHeadlessSvcIfNecessary, with network.enableDNSHostnames),
+    a Job per replicated Job's replica (J1) and each Job's `completions` pods, in `phase`.
+    A Deployment: `history` ReplicaSets (the current one and those kept by
+    revisionHistoryLimit), `replicas` pods and a Workload per pod (Kueue's pod
+    integration, K12). Anything else: itself.
+    """
+
+    def obj(kind: str, **status: str) -> tuple:
+        return (*_RESOURCES[kind], {"kind": kind, "status": status})
+
+    out = [(*_RESOURCES[manifest["kind"]], manifest)]
+    spec = manifest.get("spec") or {}
+    if manifest["kind"] == "JobSet":
+        out.append(obj("Workload"))
+        if (spec.get("network") or {}).get("enableDNSHostnames"):
+            out.append(obj("Service"))
+        for rjob in spec["replicatedJobs"]:
+            for _ in range(rjob.get("replicas", 1)):
+                out.append(obj("Job"))
+                pods = rjob["template"]["spec"]["completions"]
+                out += [obj("Pod", phase=phase) for _ in range(pods)]
+    if manifest["kind"] == "Deployment":
+        out += [obj("ReplicaSet") for _ in range(history)]
+        for _ in range(spec.get("replicas", 1)):
+            out += [obj("Pod", phase="Running"), obj("Workload")]
+    return out
+
+
+def _sized_workload() -> list[tuple]:
+    """What a team holds at once at the sizes team_quota.py names.
+
+    team_quota.JOBS jobs: two of the largest (MAX_WORKERS workers, a chief and a
+    parameter server), one running and one being stopped (its pods terminating, still
+    live), and the others small, finished and kept until `job-ttl` (their pods Succeeded
+    and stored), each with its code, TensorBoard and policies; SERVED models served with
+    SERVING_REPLICAS replicas each, re-served often enough to keep their whole history.
+    """
+    stored = []
+    for n in range(team_quota.JOBS):
+        large = n < 2
+        request = params.TrainRequest(
+            job=f"j{n}",
+            strategy="ps",
+            workers=team_quota.MAX_WORKERS if large else 1,
+            ps=1,
+            gpus_per_worker=0,
+        )
+        for manifest in manifests.manifests(request, CTX, {"train.py": ""}):
+            stored += _stored(manifest, "Running" if large else "Succeeded")
+    for n in range(team_quota.SERVED):
+        served = serving.ServeParams(job=f"m{n}", replicas=team_quota.SERVING_REPLICAS)
+        for manifest in serving.manifests(served, CTX, "tensorflow/serving:2.20.0"):
+            stored += _stored(manifest, history=team_quota.HISTORY + 1)
+    return stored
+
+
+def test_the_default_counts_hold_the_workload_they_are_sized_for(api):
+    """The namespace's quota as the control plane writes it admits the sized workload.
+
+    What `_sized_workload` stores (the charm's own manifests, expanded as JobSet, the Job
+    and Deployment controllers and Kueue store them) stays within every count, as the
+    quota controller counts it (kube_quota.status), and one more pod is still admitted
+    (a replacement).
+    The table before rereview43a F1 (`count/pods` no more than `pods`) refused it: the
+    finished jobs' kept pods filled it.
+    """
+    quota = api.get_object(QUOTA)
+    assert quota["spec"]["hard"] == {k: str(v) for k, v in team_quota.COUNTS.items()}
+    workload = _sized_workload()
+    pods = [o for g, r, o in workload if r == "pods"]
+    assert len(pods) - sum(p["status"]["phase"] == "Succeeded" for p in pods) == (
+        2 * (team_quota.MAX_WORKERS + 2)
+        + team_quota.JOBS
+        + team_quota.SERVED * team_quota.SERVING_REPLICAS
+    )
+    status = kube_quota.status(quota, workload)
+    used = {name: int(n) for name, n in status["used"].items()}
+    over = {n: (used[n], team_quota.COUNTS[n]) for n in used if used[n] > team_quota.COUNTS[n]}
+    assert over == {}
+    kube_quota.admit([{**quota, "status": status}], "", "pods", "one-more", {"kind": "Pod"})
+
+    before = {**quota["spec"]["hard"], "count/pods": quota["spec"]["hard"]["pods"]}
+    old = {**quota, "spec": {"hard": before}}
+    assert int(kube_quota.status(old, workload)["used"]["count/pods"]) > int(before["pods"])
