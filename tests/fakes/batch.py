@@ -291,7 +291,7 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   its PriorityClass, an unknown class refused) and PodSecurity
   (`kube_admission.PodSecurity`, the policy of the namespace's
   `pod-security.kubernetes.io/*` labels), then the ValidatingAdmissionPolicies stored
-  (`admit_controller_pod`: as the Job controller's ServiceAccount, kube-system:
+  (`admit_controller_create`: as the Job controller's ServiceAccount, kube-system:
   job-controller, or the ReplicaSet controller's for a Deployment's pod, the pod as they
   create it: not bound yet, the scheduler binds it) and last the ResourceQuota plugin's
   object counts (`pods`, `count/pods`: fakes/kube_quota.py, the 403 `pods "<name>" is
@@ -361,6 +361,11 @@ JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
 # The hostname of the JobSet controller's pod (its Deployment jobset-controller-manager in
 # the release manifest; the ReplicaSet hash and pod suffix made up): events name it.
 JOBSET_CONTROLLER_POD = "jobset-controller-manager-6d4c9b7f8-q2x7k"
+# Its ServiceAccount, which it writes as (v0.12.0 config/components/rbac/service_account.yaml
+# `controller-manager`, config/default/kustomization.yaml namePrefix `jobset-`, namespace
+# jobset-system)
+JOBSET_ACCOUNT = ("jobset-system", "jobset-controller-manager")
+JOB_RESOURCE = ("batch/v1", "jobs")
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 JOB_INDEX = "batch.kubernetes.io/job-completion-index"
 JOB_NAME = "batch.kubernetes.io/job-name"  # and the legacy `job-name`, on every Job's pod
@@ -1125,7 +1130,7 @@ class BatchControllers:
     def _workloads(self) -> list[dict]:
         return self.api.objects(f"{KUEUE}/namespaces/{self.ns}/workloads/")
 
-    def _put(self, obj: dict) -> dict:
+    def _put(self, obj: dict, admit: Callable[[], None] | None = None) -> dict:
         """Store a controller's object, checked as kube-apiserver validates its create.
 
         `put_object` decodes and validates it (enums from `fakes.kube_enums` included): a
@@ -1140,7 +1145,7 @@ class BatchControllers:
             "Pod": f"/api/v1/namespaces/{self.ns}/pods/{name}",
             "Deployment": f"/apis/apps/v1/namespaces/{self.ns}/deployments/{name}",
         }[kind]
-        return self.api.put_object(path, obj)
+        return self.api.put_object(path, obj, admit)
 
     def _condition(self, workload: dict, kind: str, status: str, *args: str) -> None:
         """`_set` a Workload's condition at `clock`'s time."""
@@ -1230,7 +1235,7 @@ class BatchControllers:
         enums, `fakes.kube_enums`), as the registry's BeforeCreate runs before the
         validating admission plugins, then PodSecurity, then the ValidatingAdmission-
         Policies, which see the pod unbound as its controller creates it, then the
-        ResourceQuota plugin's counts (`admit_controller_pod`).
+        ResourceQuota plugin's counts (`admit_controller_create`).
         """
         namespace = self.api.get_object(f"/api/v1/namespaces/{self.ns}")
         try:
@@ -1252,7 +1257,7 @@ class BatchControllers:
             unbound = json_copy(pod)
             unbound["spec"].pop("nodeName", None)
             account = "job-controller" if owner["kind"] == "Job" else "replicaset-controller"
-            self.api.admit_controller_pod(account, unbound)
+            self.api.admit_controller_create(("kube-system", account), "v1", "pods", unbound)
         except ApiError as e:
             self.refused.append(e.message)
             name = f"{owner['metadata']['name']}.{generated_suffix(16)}"
@@ -2615,28 +2620,38 @@ class BatchControllers:
             job = self._child_job(js, rj)
             name = job["metadata"]["name"]
             if name not in taken and self.api.get_object(jobs_path + name) is None:
-                self._create_job(js, job)
+                if not self._create_job(js, job):
+                    return  # reconcileReplicatedJobs returns at the first refusal
         if _true(js, "RestartingJobSet") and self._all_running(js):
             _set(js, "RestartingJobSet", "False", "JobsReady")
             self._write_status(js)
 
-    def _create_job(self, js: dict, job: dict) -> None:
-        """J1: create a child Job; refused, a JobCreationFailed event on the JobSet.
+    def _create_job(self, js: dict, job: dict) -> bool:
+        """J1: create a child Job (whether it was); refused, JobCreationFailed on the JobSet.
 
         jobset v0.12.0 jobset_controller.go createJobs: `job %q creation failed with error:
         %v` (the API error's message), recorded as a Warning event, reason
-        JobCreationFailed (constants.go), and the reconcile retried. The JobSet webhook
+        JobCreationFailed (constants.go), and the reconcile retried. The create is admitted
+        as any from JobSet's ServiceAccount (`admit_controller_create`: the Validating-
+        AdmissionPolicies, then the ResourceQuota plugin's `count/jobs.batch`), after the
+        Job's validation (`_put`); a refusal ends the reconcile, the later replicated Jobs
+        not tried (reconcileReplicatedJobs returns the error). The JobSet webhook
         (pkg/webhooks/jobset_webhook.go ValidateCreate) checks names, targets and the
         in-place restart settings of each template, not the Job's own validation, so such
         a JobSet is created and its Jobs never are.
         """
         try:
-            self._put(job)
+            self._put(
+                job,
+                admit=lambda: self.api.admit_controller_create(JOBSET_ACCOUNT, *JOB_RESOURCE, job),
+            )
         except ApiError as e:
             name = job["metadata"]["name"]
             message = f"job {go_quote(name)} creation failed with error: {e.message}"
             self.refused.append(message)
             self._jobset_event(js, "Warning", "JobCreationFailed", message)
+            return False
+        return True
 
     def _jobset_event(self, js: dict, kind: str, reason: str, note: str) -> None:
         """An event of the JobSet controller, through the events.k8s.io/v1 API.

@@ -47,7 +47,8 @@ def _start(api, controller, workers: int) -> None:
 def _limit(api, **hard: int) -> None:
     """The operator lowers counts (`team-object-counts`): what is stored stays."""
     quota = api.get_object(QUOTA)
-    lowered = {**quota["spec"]["hard"], **{k.replace("_", "/"): str(v) for k, v in hard.items()}}
+    names = {"count_pods": "count/pods", "count_jobs_batch": "count/jobs.batch"}
+    lowered = {**quota["spec"]["hard"], **{names.get(k, k): str(v) for k, v in hard.items()}}
     api.put_object(QUOTA, {**quota, "spec": {"hard": lowered}})
 
 
@@ -162,6 +163,44 @@ def test_a_refused_job_tries_in_slow_start_batches(api, controller):
     assert len(_workers(api)) == 2
     assert len(controller.refused) == 2
     assert len(_failed_creates(api)) == 2
+
+
+def test_a_jobsets_job_past_count_jobs_is_refused_and_retried(api, controller):
+    """JobSet's Jobs pass `count/jobs.batch` as any create (fakes/batch.py J1).
+
+    A ps job is three Jobs (chief, ps, worker); with room for one, the chief's is made
+    and the parameter server's refused: JobCreationFailed on the JobSet with JobSet's
+    message around the plugin's, the worker's not tried (the reconcile ends at the first
+    refusal), again at each tick. Once the count is raised, both are made.
+    """
+    controller.expect_refusals = True
+    add_nodes(api, node("cpu-0"))
+    request = params.TrainRequest(job="ps", strategy="ps", workers=1, ps=1, gpus_per_worker=0)
+    js = manifests.jobset(request, CTX)
+    js["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name")
+    controller.managed = False
+    _limit(api, count_jobs_batch=1)
+    api.put_object(f"{JOBSETS}ps", js)
+    controller.tick()
+    controller.tick()
+    jobs = [j["metadata"]["name"] for j in api.objects(f"/apis/batch/v1/namespaces/{NS}/jobs/")]
+    assert jobs == ["ps-chief-0"]
+    refusal = (
+        'job "ps-ps-0" creation failed with error: jobs.batch "ps-ps-0" is forbidden:'
+        " exceeded quota: gpu-k8s-object-counts, requested: count/jobs.batch=1, used:"
+        " count/jobs.batch=1, limited: count/jobs.batch=1"
+    )
+    assert set(controller.refused) == {refusal} and len(controller.refused) >= 2  # retried
+    notes = [
+        (e["reason"], e["note"])
+        for e in api.objects(f"/apis/events.k8s.io/v1/namespaces/{NS}/events/")
+        if e["regarding"]["name"] == "ps"
+    ]
+    assert notes == [("JobCreationFailed", refusal)]  # a series, not one Event per try
+    _limit(api, count_jobs_batch=3)
+    controller.tick()
+    jobs = [j["metadata"]["name"] for j in api.objects(f"/apis/batch/v1/namespaces/{NS}/jobs/")]
+    assert sorted(jobs) == ["ps-chief-0", "ps-ps-0", "ps-worker-0"]
 
 
 # -- the default counts (team_quota.COUNTS) hold the workload they are sized for ----------
