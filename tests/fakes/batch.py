@@ -285,6 +285,24 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   (onlyReplaceFailedPods) it counts it with the active ones (manageJob: wantActive -
   terminating - active; an Indexed Job's terminating indexes are not pending,
   indexed_job_utils.go firstPendingIndexes) and replaces it once it ended or is gone.
+- B11 Not modelled: the job-tracking finalizer (batch.kubernetes.io/job-tracking, GA in
+  1.26). The real Job controller puts it on every pod it creates and removes it only
+  once it has counted the pod (job_controller.go at 6ae037f: manageJob
+  appendJobCompletionFinalizerIfNotFound; trackJobStatusAndRemoveFinalizers: a Succeeded
+  pod into completedIndexes or succeeded, a failed one, isPodFailed (phase Failed, or
+  being deleted outside podReplacementPolicy Failed), into failed unless a
+  podFailurePolicy rule ignores it), so a deleted pod stays, terminating then ended,
+  until it is counted. Here a deleted pod goes once it ended (`pod_exited`), unread,
+  and the controller reads the pods stored, not counters. The tests see the same: every
+  pod removal they make carries DisruptionTarget (the taint manager's, an eviction's,
+  the GPU watcher's), which the charm's podFailurePolicy ignores (its rule 0), and the
+  index is replaced once the pod is gone (B9), where the real controller replaces it in
+  the sync that counts it Failed. It would differ for a plain DELETE of a running pod
+  (no DisruptionTarget: the real pod ends Failed with the SIGTERM's 143, which the
+  charm's policy fails the Job for, a gang restart; here its index is only replaced),
+  a Succeeded pod deleted before its Job ended (real: its index stays succeeded; here
+  it runs again) and a NonIndexed Job's backoffLimit (B6 counts the Failed pods stored,
+  the real one status.failed). No test does these.
 
 - B8 A controller creates its pods through the API server like any client, so admission
   sees them: the pod goes through the Priority plugin (`kube_priority`: its priority from
@@ -322,7 +340,13 @@ deployment/, /docs/concepts/workloads/pods/pod-lifecycle/):
   template says, bound to a node by B1's scheduler (one asking for more GPUs than any
   node has free stays Pending, Unschedulable). (The pods are owned by the Deployment
   here; the real chain is Deployment -> ReplicaSet -> Pod, which the charm never looks
-  at: it selects pods by label.)
+  at: it selects pods by label. So a refused pod's FailedCreate (B8) is recorded on the
+  Deployment; the real ReplicaSet controller records it on the ReplicaSet and sets its
+  condition ReplicaFailure, reason FailedCreate, the error as message (kubernetes
+  pkg/controller/replicaset/replica_set_utils.go calculateStatus, read at a 2017 stored
+  commit 00bdb3f), which the Deployment controller copies to the Deployment
+  (pkg/controller/deployment/progress.go syncRolloutStatus, getReplicaFailures): not
+  modelled.)
 - D2 `images` maps an image to the programs on its PATH, for the images a test knows. A
   container whose command[0] is not there cannot start: containerd reports runc's error
   (`exec: "<cmd>": executable file not found in $PATH`) as the container's last
