@@ -16,17 +16,10 @@ import manifests
 import params
 import serving
 from charm_modules import load
-from conftest import CLAIM, JOBSETS, NS, add_nodes, jobset, node
+from conftest import CTX, JOBSETS, NS, add_nodes, jobset, node
 
 from fakes import kube_quota
 
-CTX = manifests.Context(
-    namespace=NS,
-    app="tensorflow",
-    claim=CLAIM,
-    default_image="tensorflow/tensorflow:2.21.0",
-    tensorboard_image="tensorflow/tensorflow:2.21.0",
-)
 QUOTA = f"/api/v1/namespaces/{NS}/resourcequotas/gpu-k8s-object-counts"
 PODS = f"/api/v1/namespaces/{NS}/pods/"
 

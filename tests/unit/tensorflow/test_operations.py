@@ -16,6 +16,7 @@ import scale_records
 import training
 from conftest import (
     CLAIM,
+    CTX,
     NS,
     TOKEN,
     add_nodes,
@@ -1306,13 +1307,6 @@ _EXIT_ROWS = {
     "137 killed": (False, "Restarting", _COUNTED, 1, 1),
     "137 evicted, killed at its grace": (True, "Running", "", 0, 0),
 }
-_EXIT_CTX = manifests.Context(
-    namespace=NS,
-    app="tensorflow",
-    claim=CLAIM,
-    default_image="tensorflow/tensorflow:2.21.0",
-    tensorboard_image="tensorflow/tensorflow:2.21.0",
-)
 
 
 @pytest.mark.parametrize("row", list(_EXIT_ROWS))
@@ -1321,7 +1315,7 @@ def test_each_exit_code_does_what_the_table_says(api, controller, row):
     code = int(row.split()[0])
     add_nodes(api, node("node-a", 4))
     request = params.TrainRequest(job="mnist", workers=2, gpus_per_worker=1)
-    js = manifests.jobset(request, _EXIT_CTX)
+    js = manifests.jobset(request, CTX)
     js["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name")
     controller.managed = False  # no Kueue: the failure policies alone (test_fake_jobset.py)
     api.put_object(f"{_JOBSETS}/mnist", js)
