@@ -232,6 +232,8 @@ JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
   completions: a team cannot grow a running JobSet), but for its pod templates' labels,
   annotations, nodeSelector, tolerations and scheduling gates while it is suspended
   (`_jobset_webhook_on_update`).
+- J8 Every unfinished JobSet has its headless Service, named its subdomain, made by the
+  JobSet controller (`_headless_service`).
 
 Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/job/):
 - B1 An Indexed, unsuspended, unfinished Job gets one pod per missing index (`per_tick` at
@@ -1168,6 +1170,7 @@ class BatchControllers:
             "Job": f"/apis/batch/v1/namespaces/{self.ns}/jobs/{name}",
             "Pod": f"/api/v1/namespaces/{self.ns}/pods/{name}",
             "Deployment": f"/apis/apps/v1/namespaces/{self.ns}/deployments/{name}",
+            "Service": f"/api/v1/namespaces/{self.ns}/services/{name}",
         }[kind]
         return self.api.put_object(path, obj, admit)
 
@@ -2603,10 +2606,57 @@ class BatchControllers:
             if any(_true(j, "Failed") for j in children):
                 self._restart_or_fail(js, children)
                 continue
-            if self._succeeded(js, children):
+            if self._succeeded(js, children) or not self._headless_service(js):
                 continue
             if not self._suspend_or_resume(js, children):
                 self._run(js, owned, previous)
+
+    def _headless_service(self, js: dict) -> bool:
+        """J8: the JobSet's headless Service exists (whether it does, made now or before).
+
+        jobset v0.12.0 jobset_controller.go createHeadlessSvcIfNecessary, each reconcile
+        of an unfinished JobSet, suspended or not, once its failure and success policies
+        had nothing to do: with network.enableDNSHostnames (the webhook's default true,
+        jobset_webhook.go Default), a Service named the subdomain (the JobSet's name by
+        default) unless one of that name exists, ClusterIP None, selecting the
+        jobset-name label, publishNotReadyAddresses as the JobSet says (default true),
+        owned by it. Created as its ServiceAccount (`admit_controller_create`: policies,
+        then the `services` count); refused, a HeadlessServiceCreationFailed Warning
+        event with the API server's message and the reconcile ends there.
+        """
+        network = js["spec"].get("network") or {}
+        if network.get("enableDNSHostnames") is False:
+            return True
+        name = network.get("subdomain") or js["metadata"]["name"]
+        path = f"/api/v1/namespaces/{self.ns}/services/{name}"
+        if self.api.get_object(path) is not None:
+            return True
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": name,
+                "namespace": self.ns,
+                "ownerReferences": [self._owner(js)],
+            },
+            "spec": {
+                "clusterIP": "None",
+                "selector": {"jobset.sigs.k8s.io/jobset-name": js["metadata"]["name"]},
+                "publishNotReadyAddresses": network.get("publishNotReadyAddresses", True),
+            },
+        }
+        try:
+            self._put(
+                service,
+                lambda: self.api.admit_controller_create(
+                    JOBSET_ACCOUNT, "v1", "services", service
+                ),
+            )
+        except ApiError as e:
+            self.refused.append(e.message)
+            self._jobset_event(js, "Warning", "HeadlessServiceCreationFailed", e.message)
+            return False
+        return True
 
     @staticmethod
     def _previous(js: dict, jobs: list[dict]) -> list[dict]:

@@ -196,6 +196,41 @@ def test_a_jobsets_job_past_count_jobs_is_refused_and_retried(api, controller):
     assert sorted(jobs) == ["ps-chief-0", "ps-ps-0", "ps-worker-0"]
 
 
+def test_a_jobsets_headless_service_past_services_stops_its_reconcile(api, controller):
+    """J8: JobSet makes its subdomain's headless Service first; refused, no Job either.
+
+    With `services` at what is used, the Service is refused (HeadlessServiceCreationFailed,
+    the plugin's message) and the reconcile ends before any Job (jobset v0.12.0 returns
+    the error). With room, the Service comes, as JobSet writes it, then the Jobs.
+    """
+    controller.expect_refusals = True
+    _limit(api, services=0)
+    _start(api, controller, workers=1)
+    controller.tick()
+    jobs = f"/apis/batch/v1/namespaces/{NS}/jobs/"
+    assert api.objects(jobs) == []
+    refusal = (
+        'services "fp" is forbidden: exceeded quota: gpu-k8s-object-counts, requested:'
+        " services=1, used: services=0, limited: services=0"
+    )
+    assert set(controller.refused) == {refusal}
+    notes = [
+        (e["reason"], e["note"])
+        for e in api.objects(f"/apis/events.k8s.io/v1/namespaces/{NS}/events/")
+        if e["regarding"]["name"] == "fp"
+    ]
+    assert notes == [("HeadlessServiceCreationFailed", refusal)]
+    _limit(api, services=1)
+    controller.tick()
+    service = api.get_object(f"/api/v1/namespaces/{NS}/services/fp")
+    uid = jobset(api, "fp")["metadata"]["uid"]
+    assert service["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {"jobset.sigs.k8s.io/jobset-name": "fp"}
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    assert [j["metadata"]["name"] for j in api.objects(jobs)] == ["fp-worker-0"]
+
+
 # -- the default counts (team_quota.COUNTS) hold the workload they are sized for ----------
 
 team_quota = load("kubernetes-control-plane", "team_quota")
