@@ -232,6 +232,8 @@ JobSet (kubernetes-sigs/jobset v0.12.0, pkg/controllers/jobset_controller.go):
   completions: a team cannot grow a running JobSet), but for its pod templates' labels,
   annotations, nodeSelector, tolerations and scheduling gates while it is suspended
   (`_jobset_webhook_on_update`).
+- J8 Every unfinished JobSet has its headless Service, named its subdomain, made by the
+  JobSet controller (`_headless_service`).
 
 Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/job/):
 - B1 An Indexed, unsuspended, unfinished Job gets one pod per missing index (`per_tick` at
@@ -285,15 +287,35 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   (onlyReplaceFailedPods) it counts it with the active ones (manageJob: wantActive -
   terminating - active; an Indexed Job's terminating indexes are not pending,
   indexed_job_utils.go firstPendingIndexes) and replaces it once it ended or is gone.
+- B11 Not modelled: the job-tracking finalizer (batch.kubernetes.io/job-tracking, GA in
+  1.26). The real Job controller puts it on every pod it creates and removes it only
+  once it has counted the pod (job_controller.go at 6ae037f: manageJob
+  appendJobCompletionFinalizerIfNotFound; trackJobStatusAndRemoveFinalizers: a Succeeded
+  pod into completedIndexes or succeeded, a failed one, isPodFailed (phase Failed, or
+  being deleted outside podReplacementPolicy Failed), into failed unless a
+  podFailurePolicy rule ignores it), so a deleted pod stays, terminating then ended,
+  until it is counted. Here a deleted pod goes once it ended (`pod_exited`), unread,
+  and the controller reads the pods stored, not counters. The tests see the same: every
+  pod removal they make carries DisruptionTarget (the taint manager's, an eviction's,
+  the GPU watcher's), which the charm's podFailurePolicy ignores (its rule 0), and the
+  index is replaced once the pod is gone (B9), where the real controller replaces it in
+  the sync that counts it Failed. It would differ for a plain DELETE of a running pod
+  (no DisruptionTarget: the real pod ends Failed with the SIGTERM's 143, which the
+  charm's policy fails the Job for, a gang restart; here its index is only replaced),
+  a Succeeded pod deleted before its Job ended (real: its index stays succeeded; here
+  it runs again) and a NonIndexed Job's backoffLimit (B6 counts the Failed pods stored,
+  the real one status.failed). No test does these.
 
 - B8 A controller creates its pods through the API server like any client, so admission
   sees them: the pod goes through the Priority plugin (`kube_priority`: its priority from
   its PriorityClass, an unknown class refused) and PodSecurity
   (`kube_admission.PodSecurity`, the policy of the namespace's
   `pod-security.kubernetes.io/*` labels), then the ValidatingAdmissionPolicies stored
-  (`admit_controller_pod`: as the Job controller's ServiceAccount, kube-system:
+  (`admit_controller_create`: as the Job controller's ServiceAccount, kube-system:
   job-controller, or the ReplicaSet controller's for a Deployment's pod, the pod as they
-  create it: not bound yet, the scheduler binds it), before it is stored. Neither
+  create it: not bound yet, the scheduler binds it) and last the ResourceQuota plugin's
+  object counts (`pods`, `count/pods`: fakes/kube_quota.py, the 403 `pods "<name>" is
+  forbidden: exceeded quota: ...`), before it is stored. Neither
   DefaultTolerationSeconds nor ExtendedResourceToleration runs here (their tolerations
   are not added: fakes/taint_eviction.py). A pod any of these refuses
   (or the namespace's enforce level) is not created; the controller records a Warning
@@ -301,7 +323,18 @@ Job controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/jo
   (or the Deployment, see D1) and tries again next tick (kubernetes pkg/controller/
   controller_utils.go RealPodControl.createPods, FailedCreatePodReason; the PodSecurity
   plugin admits pods on create whoever asks, plugin/pkg/admission/security/podsecurity/
-  admission.go). `refused` lists those messages.
+  admission.go). `refused` lists those messages. Nothing else changes: the Job gets no
+  condition and stays active, its Workload admitted, until a later try is admitted
+  (kubernetes pkg/controller/job/job_controller.go at 6ae037f, a stored commit near
+  1.36: manageJob decrements its expectations and returns the error, syncJob returns
+  it after writing the status, and the Job is queued again with the queue's backoff,
+  DefaultJobApiBackOff 1 s doubling to MaxJobApiBackOff 1 min, or sooner when one of its
+  pods changes: a tick stands for that wait). B10 A controller creates its pods in slow-
+  start batches, the first of one (controller.SlowStartInitialBatchSize), each twice the
+  last, and after a batch with a refusal skips the rest until its next sync (job_
+  controller.go manageJob; pkg/controller/replicaset/replica_set.go slowStartBatch, at
+  3e4a790): so a Job or Deployment refused creates no other pod that tick, and records
+  one FailedCreate per try, not one per missing pod.
 
 Deployment controller and kubelet (kubernetes.io/docs/concepts/workloads/controllers/
 deployment/, /docs/concepts/workloads/pods/pod-lifecycle/):
@@ -309,7 +342,13 @@ deployment/, /docs/concepts/workloads/pods/pod-lifecycle/):
   template says, bound to a node by B1's scheduler (one asking for more GPUs than any
   node has free stays Pending, Unschedulable). (The pods are owned by the Deployment
   here; the real chain is Deployment -> ReplicaSet -> Pod, which the charm never looks
-  at: it selects pods by label.)
+  at: it selects pods by label. So a refused pod's FailedCreate (B8) is recorded on the
+  Deployment; the real ReplicaSet controller records it on the ReplicaSet and sets its
+  condition ReplicaFailure, reason FailedCreate, the error as message (kubernetes
+  pkg/controller/replicaset/replica_set_utils.go calculateStatus, read at a 2017 stored
+  commit 00bdb3f), which the Deployment controller copies to the Deployment
+  (pkg/controller/deployment/progress.go syncRolloutStatus, getReplicaFailures): not
+  modelled.)
 - D2 `images` maps an image to the programs on its PATH, for the images a test knows. A
   container whose command[0] is not there cannot start: containerd reports runc's error
   (`exec: "<cmd>": executable file not found in $PATH`) as the container's last
@@ -348,6 +387,11 @@ JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"
 # The hostname of the JobSet controller's pod (its Deployment jobset-controller-manager in
 # the release manifest; the ReplicaSet hash and pod suffix made up): events name it.
 JOBSET_CONTROLLER_POD = "jobset-controller-manager-6d4c9b7f8-q2x7k"
+# Its ServiceAccount, which it writes as (v0.12.0 config/components/rbac/service_account.yaml
+# `controller-manager`, config/default/kustomization.yaml namePrefix `jobset-`, namespace
+# jobset-system)
+JOBSET_ACCOUNT = ("jobset-system", "jobset-controller-manager")
+JOB_RESOURCE = ("batch/v1", "jobs")
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 JOB_INDEX = "batch.kubernetes.io/job-completion-index"
 JOB_NAME = "batch.kubernetes.io/job-name"  # and the legacy `job-name`, on every Job's pod
@@ -419,6 +463,24 @@ TF_IMAGES: dict[str, set[str]] = {
     "tensorflow/serving:2.20.0": _SERVING,
     "tensorflow/serving:2.20.0-gpu": _SERVING,
 }
+
+
+def _slow_start(tries: list[Callable[[], bool]]) -> int:
+    """B10: `tries` in batches of 1, 2, 4, ...; none after a batch with a refusal.
+
+    kubernetes pkg/controller/replicaset/replica_set.go slowStartBatch and job_controller.go
+    manageJob (controller.SlowStartInitialBatchSize 1): every try of a batch is made, the
+    next batch only when all succeeded. Returns how many succeeded.
+    """
+    done, size = 0, 1
+    while tries:
+        batch, tries = tries[:size], tries[size:]
+        results = [attempt() for attempt in batch]
+        done += sum(results)
+        if not all(results):
+            break
+        size *= 2
+    return done
 
 
 def _true(obj: dict, kind: str) -> bool:
@@ -1094,7 +1156,7 @@ class BatchControllers:
     def _workloads(self) -> list[dict]:
         return self.api.objects(f"{KUEUE}/namespaces/{self.ns}/workloads/")
 
-    def _put(self, obj: dict) -> dict:
+    def _put(self, obj: dict, admit: Callable[[], None] | None = None) -> dict:
         """Store a controller's object, checked as kube-apiserver validates its create.
 
         `put_object` decodes and validates it (enums from `fakes.kube_enums` included): a
@@ -1108,8 +1170,9 @@ class BatchControllers:
             "Job": f"/apis/batch/v1/namespaces/{self.ns}/jobs/{name}",
             "Pod": f"/api/v1/namespaces/{self.ns}/pods/{name}",
             "Deployment": f"/apis/apps/v1/namespaces/{self.ns}/deployments/{name}",
+            "Service": f"/api/v1/namespaces/{self.ns}/services/{name}",
         }[kind]
-        return self.api.put_object(path, obj)
+        return self.api.put_object(path, obj, admit)
 
     def _condition(self, workload: dict, kind: str, status: str, *args: str) -> None:
         """`_set` a Workload's condition at `clock`'s time."""
@@ -1198,7 +1261,8 @@ class BatchControllers:
         The Priority plugin (`fakes.kube_priority`, mutating) first, then validation (the
         enums, `fakes.kube_enums`), as the registry's BeforeCreate runs before the
         validating admission plugins, then PodSecurity, then the ValidatingAdmission-
-        Policies, which see the pod unbound as its controller creates it.
+        Policies, which see the pod unbound as its controller creates it, then the
+        ResourceQuota plugin's counts (`admit_controller_create`).
         """
         namespace = self.api.get_object(f"/api/v1/namespaces/{self.ns}")
         try:
@@ -1220,7 +1284,7 @@ class BatchControllers:
             unbound = json_copy(pod)
             unbound["spec"].pop("nodeName", None)
             account = "job-controller" if owner["kind"] == "Job" else "replicaset-controller"
-            self.api.admit_controller_pod(account, unbound)
+            self.api.admit_controller_create(("kube-system", account), "v1", "pods", unbound)
         except ApiError as e:
             self.refused.append(e.message)
             name = f"{owner['metadata']['name']}.{generated_suffix(16)}"
@@ -2542,10 +2606,57 @@ class BatchControllers:
             if any(_true(j, "Failed") for j in children):
                 self._restart_or_fail(js, children)
                 continue
-            if self._succeeded(js, children):
+            if self._succeeded(js, children) or not self._headless_service(js):
                 continue
             if not self._suspend_or_resume(js, children):
                 self._run(js, owned, previous)
+
+    def _headless_service(self, js: dict) -> bool:
+        """J8: the JobSet's headless Service exists (whether it does, made now or before).
+
+        jobset v0.12.0 jobset_controller.go createHeadlessSvcIfNecessary, each reconcile
+        of an unfinished JobSet, suspended or not, once its failure and success policies
+        had nothing to do: with network.enableDNSHostnames (the webhook's default true,
+        jobset_webhook.go Default), a Service named the subdomain (the JobSet's name by
+        default) unless one of that name exists, ClusterIP None, selecting the
+        jobset-name label, publishNotReadyAddresses as the JobSet says (default true),
+        owned by it. Created as its ServiceAccount (`admit_controller_create`: policies,
+        then the `services` count); refused, a HeadlessServiceCreationFailed Warning
+        event with the API server's message and the reconcile ends there.
+        """
+        network = js["spec"].get("network") or {}
+        if network.get("enableDNSHostnames") is False:
+            return True
+        name = network.get("subdomain") or js["metadata"]["name"]
+        path = f"/api/v1/namespaces/{self.ns}/services/{name}"
+        if self.api.get_object(path) is not None:
+            return True
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": name,
+                "namespace": self.ns,
+                "ownerReferences": [self._owner(js)],
+            },
+            "spec": {
+                "clusterIP": "None",
+                "selector": {"jobset.sigs.k8s.io/jobset-name": js["metadata"]["name"]},
+                "publishNotReadyAddresses": network.get("publishNotReadyAddresses", True),
+            },
+        }
+        try:
+            self._put(
+                service,
+                lambda: self.api.admit_controller_create(
+                    JOBSET_ACCOUNT, "v1", "services", service
+                ),
+            )
+        except ApiError as e:
+            self.refused.append(e.message)
+            self._jobset_event(js, "Warning", "HeadlessServiceCreationFailed", e.message)
+            return False
+        return True
 
     @staticmethod
     def _previous(js: dict, jobs: list[dict]) -> list[dict]:
@@ -2583,28 +2694,38 @@ class BatchControllers:
             job = self._child_job(js, rj)
             name = job["metadata"]["name"]
             if name not in taken and self.api.get_object(jobs_path + name) is None:
-                self._create_job(js, job)
+                if not self._create_job(js, job):
+                    return  # reconcileReplicatedJobs returns at the first refusal
         if _true(js, "RestartingJobSet") and self._all_running(js):
             _set(js, "RestartingJobSet", "False", "JobsReady")
             self._write_status(js)
 
-    def _create_job(self, js: dict, job: dict) -> None:
-        """J1: create a child Job; refused, a JobCreationFailed event on the JobSet.
+    def _create_job(self, js: dict, job: dict) -> bool:
+        """J1: create a child Job (whether it was); refused, JobCreationFailed on the JobSet.
 
         jobset v0.12.0 jobset_controller.go createJobs: `job %q creation failed with error:
         %v` (the API error's message), recorded as a Warning event, reason
-        JobCreationFailed (constants.go), and the reconcile retried. The JobSet webhook
+        JobCreationFailed (constants.go), and the reconcile retried. The create is admitted
+        as any from JobSet's ServiceAccount (`admit_controller_create`: the Validating-
+        AdmissionPolicies, then the ResourceQuota plugin's `count/jobs.batch`), after the
+        Job's validation (`_put`); a refusal ends the reconcile, the later replicated Jobs
+        not tried (reconcileReplicatedJobs returns the error). The JobSet webhook
         (pkg/webhooks/jobset_webhook.go ValidateCreate) checks names, targets and the
         in-place restart settings of each template, not the Job's own validation, so such
         a JobSet is created and its Jobs never are.
         """
         try:
-            self._put(job)
+            self._put(
+                job,
+                admit=lambda: self.api.admit_controller_create(JOBSET_ACCOUNT, *JOB_RESOURCE, job),
+            )
         except ApiError as e:
             name = job["metadata"]["name"]
             message = f"job {go_quote(name)} creation failed with error: {e.message}"
             self.refused.append(message)
             self._jobset_event(js, "Warning", "JobCreationFailed", message)
+            return False
+        return True
 
     def _jobset_event(self, js: dict, kind: str, reason: str, note: str) -> None:
         """An event of the JobSet controller, through the events.k8s.io/v1 API.
@@ -2761,11 +2882,14 @@ class BatchControllers:
                 for p in pods
                 if _active(p) or _phase(p) == "Succeeded" or (waits and _terminating(p))
             }
-            for index in range(job["spec"]["completions"]):  # B1
-                if index in have or created >= self.per_tick:
-                    continue
-                created += int(self._create_pod(job, index))
+            missing = [i for i in range(job["spec"]["completions"]) if i not in have]  # B1
+            room = max(self.per_tick - created, 0)
+            created += _slow_start([self._creates(job, i) for i in missing[:room]])  # B10
         return created
+
+    def _creates(self, job: dict, index: int | None) -> Callable[[], bool]:
+        """A try at the Job's pod of `index` (`_create_pod`), for `_slow_start`."""
+        return lambda: self._create_pod(job, index)
 
     def _non_indexed(self, job: dict, pods: list[dict]) -> int:
         """B6: a NonIndexed Job; returns the pods it created."""
@@ -2791,7 +2915,7 @@ class BatchControllers:
         want = job["spec"].get("parallelism", 1)  # manageJob's wantActive
         if completions is not None:
             want = min(want, completions - succeeded)
-        return sum(int(self._create_pod(job, None)) for _ in range(want - active))
+        return _slow_start([self._creates(job, None)] * max(want - active, 0))  # B10
 
     def _retry(self, pods: list[dict]) -> None:
         """The scheduler binds a Pending pod once a node can take it."""
@@ -3072,10 +3196,16 @@ class BatchControllers:
         frameworks = self._frameworks()
         for deployment in deployments:
             owned = self._owned(deployment, pods)
-            for _ in range(int(deployment["spec"].get("replicas", 1)) - len(owned)):
-                pod = self._replica(deployment, deployment["spec"]["template"], frameworks)
-                if self._admitted(pod, deployment):
-                    self._create(pod)
+            missing = int(deployment["spec"].get("replicas", 1)) - len(owned)
+            _slow_start([lambda d=deployment: self._add_replica(d, frameworks)] * missing)
+
+    def _add_replica(self, deployment: dict, frameworks: set[str]) -> bool:
+        """D1 (B8: admitted first); whether the pod was created."""
+        pod = self._replica(deployment, deployment["spec"]["template"], frameworks)
+        if not self._admitted(pod, deployment):
+            return False
+        self._create(pod)
+        return True
 
     def _replica(self, deployment: dict, template: dict, frameworks: set[str]) -> dict:
         """D1: a new pod of the Deployment, through Kueue's pod webhook (K12), placed."""

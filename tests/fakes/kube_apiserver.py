@@ -53,10 +53,11 @@ Differences from a real API server (on purpose, to stay small and deterministic)
   ValidatingAdmissionPolicies on writes and deletes) as kube_admission.py says, for what
   comes over HTTP, and last the ResourceQuota plugin's object counts (kube_quota.py: each
   quota's status kept at every write of its namespace; what the tests' controllers store
-  with `put_object` is counted, never refused); `put_object`'s seeds are decoded and
-  validated as a strict create (`_check_seed`: no authorization or admission plugin);
-  `warnings` records the `Warning` headers answered and `admission.audit` PodSecurity's
-  audit annotations;
+  with `put_object` is counted, and refused only where they ask first: the pods of the
+  fake Job and Deployment controllers and JobSet's Jobs, `admit_controller_create`);
+  `put_object`'s seeds are decoded and validated as a strict create (`_check_seed`: no
+  authorization or admission plugin); `warnings` records the `Warning` headers answered
+  and `admission.audit` PodSecurity's audit annotations;
 - for kinds with a status subresource, writes to the main resource keep the stored status
   (like the real server); use `put_object` or the `/status` subresource to set it;
 - an eviction (`pods/eviction`) is answered as eviction.go answers it (`_evict`: the
@@ -1228,16 +1229,18 @@ class FakeKubeApiServer:
             obj = self._store.get(path)
             return json_copy(obj) if obj is not None else None
 
-    def put_object(self, path: str, obj: dict) -> dict:
+    def put_object(self, path: str, obj: dict, admit: Callable[[], None] | None = None) -> dict:
         """Store `obj` at `path` (status included), filling apiVersion/kind/metadata.
 
         The object is first decoded and validated as kube-apiserver's create handler does
         a body sent with fieldValidation=Strict (`_check_seed`): a seed holds what the real
         cluster could hold, or the test fails at the line that seeds it with the ApiError
         the write path answers. No authentication, RBAC or admission plugin sees it: a
-        seed is the test setting the world up, not a client's request.
+        seed is the test setting the world up, not a client's request. An emulated
+        controller's create passes `admit` (`admit_controller_create`), run after the
+        validation and before the store, as the validating admission plugins run.
         """
-        return json_copy(self._put(path, json_copy(obj), seed=True))
+        return json_copy(self._put(path, json_copy(obj), seed=True, admit=admit))
 
     def put_shared(self, path: str, obj: dict) -> None:
         """`put_object` for read-only data shared between servers (`fakes.crds.shared`).
@@ -1252,7 +1255,9 @@ class FakeKubeApiServer:
             mine["status"] = json_copy(obj["status"])
         self._put(path, mine)
 
-    def _put(self, path: str, obj: dict, seed: bool = False) -> dict:
+    def _put(
+        self, path: str, obj: dict, seed: bool = False, admit: Callable[[], None] | None = None
+    ) -> dict:
         target = parse_path(path, self.resources)
         with self._lock:
             obj.setdefault("apiVersion", target.gv)
@@ -1263,6 +1268,8 @@ class FakeKubeApiServer:
                 meta["namespace"] = target.namespace
             if seed:
                 self._check_seed(target, obj)
+            if admit is not None:
+                admit()
             old = self._store.get(path)
             meta.setdefault("uid", old["metadata"]["uid"] if old else str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", _now())
@@ -2040,23 +2047,34 @@ class FakeKubeApiServer:
         if (target.gv, target.plural, target.sub) == ("v1", "pods", ""):
             self.admit_priority(operation, obj, old)
 
-    def admit_controller_pod(self, account: str, pod: dict) -> None:
-        """The ValidatingAdmissionPolicies on an emulated controller's pod CREATE (batch.py).
+    def admit_controller_create(
+        self, account: tuple[str, str], gv: str, plural: str, obj: dict
+    ) -> None:
+        """The last validating plugins on an emulated controller's CREATE (batch.py).
 
-        As kube-apiserver admits it from kube-controller-manager's controller `account`
-        (its ServiceAccount in kube-system: kubeadm's --use-service-account-credentials),
-        a 403 ApiError when a policy denies it.
+        As kube-apiserver admits it from the controller's ServiceAccount `account`
+        (namespace, name): kube-controller-manager's controllers each their own in
+        kube-system (kubeadm's --use-service-account-credentials), JobSet's its manager's.
+        The ValidatingAdmissionPolicies, then the ResourceQuota plugin (`_admit_quota`, as
+        for any create: whoever asks), each a 403 ApiError when it refuses. The object is
+        counted as created (its status is the server's: a new pod is never terminal, so it
+        asks for `pods` and `count/pods`). A pod's name is the generated one: validating
+        admission sees the name generateName gave (k8s.io/apiserver v0.36.3 pkg/registry/
+        rest/create.go AdmissionToValidateObjectFunc, "in case the generated name is
+        populated"), which the quota's message names.
         """
         user = UserInfo(
-            f"system:serviceaccount:kube-system:{account}",
-            ("system:serviceaccounts", "system:serviceaccounts:kube-system"),
+            f"system:serviceaccount:{account[0]}:{account[1]}",
+            ("system:serviceaccounts", f"system:serviceaccounts:{account[0]}"),
         ).authenticated()
-        meta = pod["metadata"]
-        target = Target("v1", "pods", meta["namespace"], meta["name"], "", self.resources)
+        meta = obj["metadata"]
+        target = Target(gv, plural, meta["namespace"], meta["name"], "", self.resources)
+        created = {k: v for k, v in obj.items() if k != "status"}
         with self._lock:
             self.admission.policies.admit(
-                self._stored, user, "CREATE", target, pod, None, namespace_of=self._namespace
+                self._stored, user, "CREATE", target, obj, None, namespace_of=self._namespace
             )
+            self._admit_quota(target, created, meta["namespace"])
 
     def admit_priority(self, operation: str, pod: dict, old: dict | None = None) -> None:
         """The Priority admission plugin on `pod` (changed in place), as a write admits it.

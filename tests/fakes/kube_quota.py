@@ -32,9 +32,9 @@ no test relies on a check this fake does not make. Read in kubernetes (k8s.io/ap
   the other validating plugins (ValidatingAdmissionPolicy runs before it). Every quota of
   the namespace is checked (controller.go CheckRequest): when used + 1 passes hard for a
   name it tracks, the create is refused with admission.NewForbidden: 403 Forbidden
-  `<plural> "<name>" is forbidden: exceeded quota: <quota>, requested: <name>=1, used:
-  <name>=<used>, limited: <name>=<hard>` (names sorted, prettyPrint). Whoever asks: the
-  cluster's admin and the controllers as much as a team.
+  `<plural>[.<group>] "<name>" is forbidden: exceeded quota: <quota>, requested:
+  <name>=1, used: <name>=<used>, limited: <name>=<hard>` (names sorted, prettyPrint).
+  Whoever asks: the cluster's admin and the controllers as much as a team.
 - `status` (`status`): `hard` is `spec.hard`, `used` what is stored now, as kube-controller-
   manager's resource quota controller writes it (resource_quota_controller.go
   syncResourceQuota; a delete is seen at once by its monitors' replenishment, here the
@@ -180,6 +180,9 @@ def admit(
             f" used: {listed(used)}, limited: {listed(hard)}"
         )
         details = {"name": name, **({"group": group} if group else {}), "kind": resource}
+        # apimachinery errors.go NewForbidden: the resource qualified by its group
+        # (GroupResource.String: `jobs.batch`, `pods`)
+        qualified = f"{resource}.{group}" if group else resource
         raise ApiError(
-            403, "Forbidden", f"{resource} {go_quote(name)} is forbidden: {message}", details
+            403, "Forbidden", f"{qualified} {go_quote(name)} is forbidden: {message}", details
         )

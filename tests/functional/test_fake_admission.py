@@ -886,8 +886,11 @@ def test_a_quota_counts_every_group_and_never_events(kube_api: FakeKubeApiServer
         "spec": {"template": {"spec": {**pod()["spec"], "restartPolicy": "Never"}}},
     }
     work.create(job)
-    with pytest.raises(KubeError, match="exceeded quota: counts, requested: count/jobs.batch=1"):
+    with pytest.raises(KubeError) as refused:  # the resource qualified by its group
         work.create({**job, "metadata": {"name": "k", "namespace": "work"}})
+    assert refused.value.message.startswith(
+        'jobs.batch "k" is forbidden: exceeded quota: counts, requested: count/jobs.batch=1,'
+    )
     work.create(pod("p"))
     with pytest.raises(KubeError, match="requested: pods=1, used: pods=1, limited: pods=1"):
         work.create(pod("q"))

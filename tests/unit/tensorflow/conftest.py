@@ -15,6 +15,7 @@ import json
 import urllib.error
 import urllib.request
 
+import manifests
 import pytest
 from literals import NAMESPACED_RULES, cluster_rules
 from ops import testing
@@ -28,6 +29,14 @@ from fakes.machine import FakeMachine
 
 NS = "tensorflow"
 CLAIM = "efs-storage-tensorflow"
+# The charm's manifests' context in NS, for tests that build its objects directly
+CTX = manifests.Context(
+    namespace=NS,
+    app="tensorflow",
+    claim=CLAIM,
+    default_image="tensorflow/tensorflow:2.21.0",
+    tensorboard_image="tensorflow/tensorflow:2.21.0",
+)
 JOBSETS = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets/"
 JOB_OBJECT_PREFIXES = (
     f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{NS}/jobsets",

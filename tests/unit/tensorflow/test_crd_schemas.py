@@ -15,18 +15,10 @@ from __future__ import annotations
 import manifests
 import params
 import pytest
-from conftest import CLAIM, JOBSETS, NS, send, unknown_fields
+from conftest import CTX, JOBSETS, send, unknown_fields
 
 from fakes import crds
 from fakes.kube_apiserver import ApiError
-
-CTX = manifests.Context(
-    namespace=NS,
-    app="tensorflow",
-    claim=CLAIM,
-    default_image="tensorflow/tensorflow:2.21.0",
-    tensorboard_image="tensorflow/tensorflow:2.21.0",
-)
 
 
 def _jobset() -> dict:

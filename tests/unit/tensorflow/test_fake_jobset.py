@@ -12,17 +12,9 @@ from __future__ import annotations
 import manifests
 import params
 import pytest
-from conftest import CLAIM, JOBSETS, NS, add_nodes, jobset, node
+from conftest import CTX, JOBSETS, NS, add_nodes, jobset, node
 
 from fakes.batch import SIGTERM_IGNORED, BatchControllers
-
-CTX = manifests.Context(
-    namespace=NS,
-    app="tensorflow",
-    claim=CLAIM,
-    default_image="tensorflow/tensorflow:2.21.0",
-    tensorboard_image="tensorflow/tensorflow:2.21.0",
-)
 
 
 def _run(api, controller, rules: list[dict]) -> dict:
