@@ -486,4 +486,6 @@ def test_a_preempted_ps_job_stops_every_task_uncounted_and_resumes_at_the_saved_
     progress = cluster.progress("pps")
     assert progress["resumed_from"] == stopped_at  # no step lost to the preemption
     assert (progress["step"], progress["state"]) == (600, "finished")
-    assert done["restarts"] == "0 of 3"  # a preemption is not a failure
+    # a preemption is not a failure (the containers' last lines say which pod failed if one
+    # did: CI at 7b530d0 under load once saw "1 of 3" here, not reproduced alone)
+    assert done["restarts"] == "0 of 3", (done, cluster.kubelet.output())
