@@ -240,6 +240,32 @@ def test_a_patch_naming_a_stale_resource_version_is_a_conflict(
     assert patched["metadata"]["labels"]["a"] == "3"
 
 
+def test_a_delete_whose_precondition_names_another_object_is_a_conflict(work: Kube):
+    """DeleteOptions.preconditions (rest/delete.go BeforeDelete): nothing is deleted.
+
+    An object deleted and made again under its name is not the one a stale UID names.
+    """
+    made = work.create(_deployment())
+    path = work.path("apps/v1", "Deployment", "work", "web")
+    stale = {"preconditions": {"uid": "0000-gone", "resourceVersion": None}}
+
+    error = _refused(lambda: work.request("DELETE", path, body=stale))
+    assert (error.status, error.reason) == (409, "Conflict")
+    assert error.message == (
+        'Operation cannot be fulfilled on Deployment.apps "web": the UID in the precondition '
+        f"(0000-gone) does not match the UID in record ({made['metadata']['uid']}). The "
+        "object might have been deleted and then recreated"
+    )
+    moved = {"preconditions": {"resourceVersion": "1"}}
+    error = _refused(lambda: work.request("DELETE", path, body=moved))
+    assert "the ResourceVersion in the precondition (1) does not match" in error.message
+    assert work.get("apps/v1", "Deployment", "web", "work") is not None
+
+    own = {"preconditions": {"uid": made["metadata"]["uid"]}}
+    work.request("DELETE", path, body=own)
+    assert work.get("apps/v1", "Deployment", "web", "work") is None
+
+
 @pytest.mark.parametrize("content_type", [MERGE, SMP])
 def test_a_patch_naming_another_uid_is_invalid_after_its_resource_version_is_checked(
     kube: Kube, node: dict, content_type: str
@@ -267,32 +293,6 @@ def test_a_patch_naming_another_uid_is_invalid_after_its_resource_version_is_che
     assert (error.status, error.reason) == (409, "Conflict")
     own = {"uid": node["metadata"]["uid"], "labels": {"a": "2"}}
     assert _patch(kube, NODE, {"metadata": own}, content_type)["metadata"]["labels"]["a"] == "2"
-
-
-def test_a_delete_whose_precondition_names_another_object_is_a_conflict(work: Kube):
-    """DeleteOptions.preconditions (rest/delete.go BeforeDelete): nothing is deleted.
-
-    An object deleted and made again under its name is not the one a stale UID names.
-    """
-    made = work.create(_deployment())
-    path = work.path("apps/v1", "Deployment", "work", "web")
-    stale = {"preconditions": {"uid": "0000-gone", "resourceVersion": None}}
-
-    error = _refused(lambda: work.request("DELETE", path, body=stale))
-    assert (error.status, error.reason) == (409, "Conflict")
-    assert error.message == (
-        'Operation cannot be fulfilled on Deployment.apps "web": the UID in the precondition '
-        f"(0000-gone) does not match the UID in record ({made['metadata']['uid']}). The "
-        "object might have been deleted and then recreated"
-    )
-    moved = {"preconditions": {"resourceVersion": "1"}}
-    error = _refused(lambda: work.request("DELETE", path, body=moved))
-    assert "the ResourceVersion in the precondition (1) does not match" in error.message
-    assert work.get("apps/v1", "Deployment", "web", "work") is not None
-
-    own = {"preconditions": {"uid": made["metadata"]["uid"]}}
-    work.request("DELETE", path, body=own)
-    assert work.get("apps/v1", "Deployment", "web", "work") is None
 
 
 # ------------------------------------------------------------------- one event storage
