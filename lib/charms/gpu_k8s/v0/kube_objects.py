@@ -173,8 +173,8 @@ def moves_patch(
     move (`count` does not).
     """
     count, last = moves_of(obj)
-    entry = {"node": node, "reason": reason, "at": at}
-    entry = {f: _printable(v, _MOVE_FIELDS[f]) for f, v in entry.items()}
+    given = {"node": node, "reason": reason, "at": at}
+    entry: dict[str, Any] = {f: _printable(v, _MOVE_FIELDS[f]) for f, v in given.items()}
     if any(e["node"] == entry["node"] and e["at"] == entry["at"] for e in last):
         return None
     entry["restarted"] = restarted
