@@ -26,7 +26,7 @@ from literals import CONSUMER_LABEL
 from ops import testing
 
 import charm
-from charms.gpu_k8s.v0 import kube_api, kube_objects
+from charms.gpu_k8s.v0 import kube_api, kube_objects, kubeclient
 from charms.gpu_k8s.v0.kubeclient import Kube
 from fakes.addons import EFS_CSI_PATH, JOBSET_VERSION, KUEUE_VERSION, release_manifest
 from fakes.control_plane import (
@@ -1366,7 +1366,7 @@ def test_a_moves_record_a_team_forged_or_refused_neither_grows_nor_stops_the_qua
 
 
 def test_a_record_that_cannot_be_read_or_written_never_stops_the_quota_release(
-    ctx, machine, api, releases
+    ctx, machine, api, releases, monkeypatch
 ):
     """rereview44b F7: the JobSet GET and the pod LIST fail too (5xx, a timeout).
 
@@ -1379,6 +1379,10 @@ def test_a_record_that_cannot_be_read_or_written_never_stops_the_quota_release(
     unlisted = _jobset_gang(api, "b", "unlisted", ["gpu-0", "gpu-1"], 4)
     fine = _jobset_gang(api, "c", "fine", ["gpu-0"], 2)
     _fault(api, "gpu-0", XID79)
+    real = kubeclient._retry  # the client's retries, without their backoff's waits
+    monkeypatch.setattr(
+        kubeclient, "_retry", lambda retries, backoff, **kw: real(retries, 0.0, **kw)
+    )
     api.inject(status=503, times=100, method="GET", path_prefix=unread)
     api.inject(status=503, times=100, method="GET", path_prefix="/api/v1/namespaces/b/pods")
 
