@@ -792,6 +792,29 @@ def _precondition(target: Target, old: dict, new: dict) -> None:
         )
 
 
+def _same_uid(target: Target, old: dict, new: dict) -> None:
+    """422 when a patch gave the object another uid: an immutable field, no precondition.
+
+    A PATCH has no UID precondition (k8s.io/apiserver endpoints/handlers/patch.go
+    patchResource: DefaultUpdatedObjectInfo(nil, ...), whose Preconditions reads none,
+    registry/rest/update.go); store.go Update checks the resourceVersion (`_precondition`,
+    409) and then BeforeUpdate's ValidateObjectMetaUpdate refuses the uid
+    (apimachinery pkg/api/validation/objectmeta.go ValidateImmutableField), as NewInvalid
+    words it on the object's GroupKind.
+    """
+    uid = (new.get("metadata") or {}).get("uid")
+    if uid and uid != old["metadata"].get("uid"):
+        group = target.gv.rpartition("/")[0]
+        kind = f"{target.kind}.{group}" if group else target.kind
+        raise ApiError(
+            422,
+            "Invalid",
+            f'{kind} "{target.name}" is invalid: metadata.uid: Invalid value: "{uid}": '
+            "field is immutable",
+            {"name": target.name, "kind": target.kind, "group": group},
+        )
+
+
 def _with_query(query: dict, options: dict) -> dict:
     """A DELETE's options: the body's DeleteOptions, the query's gracePeriodSeconds."""
     options = dict(options)
@@ -2379,6 +2402,7 @@ class FakeKubeApiServer:
         # to the stored one is a Conflict): the optimistic lock of a patch
         # (controller-runtime's MergeFromWithOptimisticLock relies on it).
         _precondition(target, old, patched)
+        _same_uid(target, old, patched)
         self._decode_body(target, patched, request)
         return 200, json_copy(self._store_update(target, old, patched, request))
 

@@ -297,6 +297,35 @@ def test_a_delete_whose_precondition_names_another_object_is_a_conflict(work: Ku
     assert work.get("apps/v1", "Deployment", "web", "work") is None
 
 
+@pytest.mark.parametrize("content_type", [MERGE, SMP])
+def test_a_patch_naming_another_uid_is_invalid_after_its_resource_version_is_checked(
+    kube: Kube, node: dict, content_type: str
+):
+    """A uid in a patch is a change to an immutable field (422), not a precondition.
+
+    A PATCH's UpdatedObjectInfo holds no object, so it has no UID precondition (k8s.io/
+    apiserver endpoints/handlers/patch.go patchResource, DefaultUpdatedObjectInfo(nil,
+    ...); registry/rest/update.go Preconditions), unlike a PUT's: the patched object's
+    other uid fails BeforeUpdate's ValidateObjectMetaUpdate, which registry/generic/
+    registry/store.go Update reaches only once the resourceVersion matched (a stale one:
+    409 first). Nothing is written.
+    """
+    read = node["metadata"]["resourceVersion"]
+    other = {"uid": "0a1b2c3d-0000-4000-8000-000000000000", "labels": {"a": "1"}}
+    error = _refused(lambda: _patch(kube, NODE, {"metadata": other}, content_type))
+    assert (error.status, error.reason) == (422, "Invalid")
+    assert error.message == (
+        f'Node "gpu-0" is invalid: metadata.uid: Invalid value: "{other["uid"]}": '
+        "field is immutable"
+    )
+    _patch(kube, NODE, {"metadata": {"labels": {"b": "1"}}}, content_type)  # moves it on
+    stale = {"metadata": {**other, "resourceVersion": read}}
+    error = _refused(lambda: _patch(kube, NODE, stale, content_type))
+    assert (error.status, error.reason) == (409, "Conflict")
+    own = {"uid": node["metadata"]["uid"], "labels": {"a": "2"}}
+    assert _patch(kube, NODE, {"metadata": own}, content_type)["metadata"]["labels"]["a"] == "2"
+
+
 # ------------------------------------------------------------------- one event storage
 
 

@@ -24,27 +24,27 @@ Workloads exceeds what the schedulable nodes now give (`kueue.unfitting`); a gan
 that still fits is never touched. A tenant cannot trigger it: only the leader's
 quarantine hook, on a worker's request for its own node, runs it.
 
-In the same hook each such gang, fitting or not, has its move recorded on its JobSet
-(`mark_moves`, kube_objects.MOVES_ANNOTATION): when the whole gang ran on the node each
-Job replaces its own pods and JobSet never restarts it, so nothing else would count the
-move once its pods are gone. The JobSet, not the Workload: it is the job the tensorflow
-charm reads and names, and it lasts as long as the job; Kueue may delete a Workload
-that no longer matches its job and make another (jobframework/reconciler.go
-ensureOneWorkload). No controller drops an annotation of the JobSet: the JobSet controller
-writes a JobSet only through its status subresource (jobset v0.12.0
-pkg/controllers/jobset_controller.go updateJobSetStatus, Status().Update) and copies
-no JobSet annotation to its Jobs but the exclusive-placement ones (constructJob,
-labelAndAnnotateObject); a gang restart deletes and recreates the Jobs, not the JobSet.
-Kueue writes the JobSet with merge patches of what it changes, from the object it read,
-resourceVersion included (kueue v0.19.2 pkg/util/client/client.go Patch, Strict),
-and its webhook checks only its own labels and annotations on update
-(jobframework/validation.go ValidateJobOnUpdate). The tensorflow charm's server-side
-apply owns none of the annotation, so it leaves it (managed fields). A team may edit
-its JobSet's annotations: that lies to its own job-status only; what the leader reads
-back is bounded (`kube_objects.moves_of`) and a refused write is logged, never fatal.
-The leader (kubeadm's admin) passes the consumer admission policies: an annotation
-changes none of what they check (admission_policies.py; the quarantine tests of
-test_batch_engines.py write through them).
+In the same hook, once the quota is released, each such gang, fitting or not, has its
+move recorded on its JobSet (`mark_moves`, kube_objects.MOVES_ANNOTATION): when the
+whole gang ran on the node each Job replaces its own pods and JobSet never restarts it,
+so nothing else would count the move once its pods are gone. The JobSet, not the
+Workload: it is the job the tensorflow charm reads and names, and it lasts as long as
+the job; Kueue may delete a Workload that no longer matches its job and make another
+(jobframework/reconciler.go ensureOneWorkload). No controller drops an annotation of the
+JobSet: the JobSet controller writes a JobSet only through its status subresource
+(jobset v0.12.0 pkg/controllers/jobset_controller.go updateJobSetStatus,
+Status().Update) and copies no JobSet annotation to its Jobs but the exclusive-placement
+ones (constructJob, labelAndAnnotateObject); a gang restart deletes and recreates the
+Jobs, not the JobSet. Kueue writes the JobSet with merge patches of what it changes,
+from the object it read, resourceVersion included (kueue v0.19.2
+pkg/util/client/client.go Patch, Strict), and its webhook checks only its own labels and
+annotations on update (jobframework/validation.go ValidateJobOnUpdate). The tensorflow
+charm's server-side apply owns none of the annotation, so it leaves it (managed fields).
+A team may edit its JobSet's annotations: that lies to its own job-status only; what the
+leader reads back is bounded (`kube_objects.moves_of`) and a refused write is logged,
+never fatal. The leader (kubeadm's admin) passes the consumer admission policies: an
+annotation changes none of what they check (admission_policies.py; the quarantine tests
+of test_batch_engines.py write through them).
 
 Peer databag key (JSON): `kueue-deactivated`: [[namespace, name], ...] the Workloads
 this charm deactivated and has not activated yet; absent when there are none.
@@ -114,7 +114,8 @@ def release(
     `nodes`: the Nodes just quarantined; `have`: what Kueue may give now (the first
     half of `kueue.capacity`'s answer without those nodes); `teams`: the team namespaces;
     `listed`: the Nodes as read in this hook (their GpuHealthy condition names the fault).
-    Each gang there has its move recorded on its JobSet first (`mark_moves`).
+    Then each gang there has its move recorded on its JobSet (`mark_moves`); a failed
+    record is logged, never fatal.
     """
     if not nodes or not teams:
         return []
@@ -137,9 +138,6 @@ def release(
     for n in listed:  # the Nodes just quarantined, with their GpuHealthy condition
         if n["metadata"]["name"] in faults:
             faults[n["metadata"]["name"]] = kube_objects.gpu_fault(n)
-    for workload in candidates:
-        gang = {p["metadata"]["uid"]: p for ref in _refs(workload) for p in owners.get(ref, [])}
-        mark_moves(kube, workload, list(gang.values()), faults)
     done = []
     record = json.loads(bag.get(DEACTIVATED_KEY) or "[]")
     for workload in kueue.unfitting(workloads, have, candidates):
@@ -152,6 +150,16 @@ def release(
         done.append(f"{ns}/{name}")
     if record:
         bag[DEACTIVATED_KEY] = json.dumps(record)
+    for workload in candidates:  # the quota is back first: a record is worth less
+        meta = workload["metadata"]
+        gang = {p["metadata"]["uid"]: p for ref in _refs(workload) for p in owners.get(ref, [])}
+        evicted = f"{meta['namespace']}/{meta['name']}" in done
+        try:
+            mark_moves(kube, workload, list(gang.values()), faults, evicted=evicted)
+        except KubeError as e:
+            logger.warning(
+                "could not record the move of %s/%s: %s", meta["namespace"], meta["name"], e
+            )
     return done
 
 
@@ -165,6 +173,8 @@ def mark_moves(
     workload: dict[str, Any],
     gang: list[dict[str, Any]],
     faults: Mapping[str, dict[str, Any] | None],
+    *,
+    evicted: bool = False,
 ) -> None:
     """Record on the Workload's JobSet that its `gang` pods leave the quarantined nodes.
 
@@ -172,20 +182,20 @@ def mark_moves(
     none: the reason is then "GPU quarantine" and the time this hook's). The record is
     kube_objects.MOVES_ANNOTATION, one entry per node and quarantine (`moves_patch`: a
     quarantine already recorded, in a hook run again or a later one, adds nothing).
+    `evicted`: this hook deactivated the Workload (`release`). Raises KubeError (the
+    JobSet or its pods unreadable, a write refused: a team filled its annotations up to
+    kube-apiserver's 256 KiB, apimachinery pkg/api/validation/objectmeta.go
+    TotalAnnotationSizeLimitB), which `release` logs: the quarantine hook goes on.
 
-    When every pod of the gang ran on those nodes, each Job replaces its own pods
-    (podFailurePolicy Ignore on DisruptionTarget) and JobSet never restarts the gang:
-    this record is the move's only count. When the gang also ran elsewhere (a pod of the
-    JobSet on another node made before the fault: JobSet v0.12.0 labels every pod
-    `jobset.sigs.k8s.io/jobset-name`, pkg/controllers/jobset_controller.go
-    labelAndAnnotateObject), those stop on a SIGTERM with their peers and JobSet restarts
-    the gang without counting it toward max-restarts (the tensorflow charm's
-    manifests.jobset), as it did already when the pods here are of an earlier attempt
-    (their `jobset.sigs.k8s.io/restart-attempt`, the JobSet's `status.restarts` when they
-    were made, is below it now): JobSet's status counts that move, the entry says
-    `restarted`. A JobSet gone, or a write refused (its team filled its annotations up to
-    kube-apiserver's 256 KiB: apimachinery pkg/api/validation/objectmeta.go
-    TotalAnnotationSizeLimitB), is logged: the quarantine hook goes on.
+    The entry says `restarted` when JobSet's own status counts the move (`_restarted`),
+    so `count` does not: every other move, a whole gang on those nodes above all (each
+    Job replaces its own pods, podFailurePolicy Ignore on DisruptionTarget, and JobSet
+    never restarts it), has this record as its only count. The write names the JobSet's
+    uid and resourceVersion: a JobSet made again under its name, or written since it was
+    read (a team's edit, an old leader's hook still running), answers 409 Conflict
+    (k8s.io/apiserver pkg/registry/generic/registry/store.go Update: a patched object's
+    resourceVersion other than the stored one is a Conflict, before any validation; a
+    recreated JobSet has another), and the JobSet is read once more.
     """
     meta = workload["metadata"]
     ns = meta["namespace"]
@@ -201,30 +211,80 @@ def mark_moves(
     if owner is None or not here:
         return
     name = owner.get("name") or ""
-    js = kube.get(JOBSET_API, "JobSet", name, ns)
-    if js is None or js["metadata"].get("uid") != owner.get("uid"):
-        return
     found = {n: faults[n] or {} for n in sorted({p["spec"]["nodeName"] for p in here})}
     times = {n: f.get("lastTransitionTime") or _now() for n, f in found.items()}
-    restarts = int((js.get("status") or {}).get("restarts") or 0)
-    attempts = [(p["metadata"].get("labels") or {}).get(RESTART_ATTEMPT) for p in here]
-    restarted = any(a is not None and a != str(restarts) for a in attempts) or any(
-        _active(p)
-        and (p.get("spec") or {}).get("nodeName") not in faults
-        and (p["metadata"].get("creationTimestamp") or "") < min(times.values())
-        for p in kube.list("v1", "Pod", ns, label_selector=f"{JOBSET_NAME}={name}")
-    )
-    for node, fault in found.items():
-        reason = fault.get("message") or fault.get("reason") or "GPU quarantine"
-        patch = kube_objects.moves_patch(js, node, reason, times[node], restarted)
-        if patch is None:
-            continue
-        try:
-            js = kube.patch(JOBSET_API, "JobSet", name, patch, ns) or js
-        except KubeError as e:
-            logger.warning("could not record the move of JobSet %s/%s: %s", ns, name, e)
+    for again in (True, False):
+        js = kube.get(JOBSET_API, "JobSet", name, ns)
+        if js is None or js["metadata"].get("uid") != owner.get("uid"):
             return
-        logger.info("JobSet %s/%s moves off node %s: %s", ns, name, node, reason)
+        restarted = _restarted(kube, js, here, faults, min(times.values()), evicted)
+        try:
+            for node, fault in found.items():
+                reason = fault.get("message") or fault.get("reason") or "GPU quarantine"
+                patch = kube_objects.moves_patch(js, node, reason, times[node], restarted)
+                if patch is None:
+                    continue
+                patch["metadata"] |= {k: js["metadata"].get(k) for k in ("uid", "resourceVersion")}
+                js = kube.patch(JOBSET_API, "JobSet", name, patch, ns) or js
+                logger.info("JobSet %s/%s moves off node %s: %s", ns, name, node, reason)
+            return
+        except KubeError as e:
+            if e.status != 409 or not again:
+                raise
+            logger.info("JobSet %s/%s changed since it was read: read again", ns, name)
+
+
+def _restarted(
+    kube: Kube,
+    js: dict[str, Any],
+    here: list[dict[str, Any]],
+    faults: Collection[str],
+    fault_at: str,
+    evicted: bool,
+) -> bool:
+    """Whether the JobSet restarts the gang for this move, counting it in its status.
+
+    Each pod of a JobSet is labelled with its name (JOBSET_NAME) and restart attempt
+    (RESTART_ATTEMPT: the JobSet's `status.restarts` when the pod was made; JobSet v0.12.0
+    pkg/controllers/jobset_controller.go labelAndAnnotateObject). It restarted already
+    when the pods `here` are of an earlier attempt. It will when a pod of this attempt
+    failed on its own (no DisruptionTarget condition: a peer's launcher that saw the gang
+    stop exits 143, its Job fails, and the JobSet's failure policy restarts the gang,
+    tensorflow manifests.jobset), even if Kueue suspends it now: its reconcile runs the
+    failure policy before it suspends (jobset_controller.go Reconcile, executeFailurePolicy
+    then suspendJobs; failure_policy.go failurePolicyRecreateAll, `status.restarts` += 1).
+    And when a pod of this attempt runs elsewhere, made before the fault: it stops on a
+    SIGTERM with its peers, so JobSet restarts the gang, unless this hook deactivated the
+    Workload (`evicted`): Kueue suspends the JobSet, whose Jobs delete those pods and
+    JobSet restarts nothing; its eviction takes the restart's place.
+    """
+    restarts = str(int((js.get("status") or {}).get("restarts") or 0))
+    if any(
+        (p["metadata"].get("labels") or {}).get(RESTART_ATTEMPT) not in (None, restarts)
+        for p in here
+    ):
+        return True
+    name = js["metadata"]["name"]
+    for pod in kube.list(
+        "v1", "Pod", js["metadata"]["namespace"], label_selector=f"{JOBSET_NAME}={name}"
+    ):
+        meta = pod["metadata"]
+        if (meta.get("labels") or {}).get(RESTART_ATTEMPT) not in (None, restarts):
+            continue
+        status = pod.get("status") or {}
+        if status.get("phase") == "Failed" and not any(
+            c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        ):
+            return True
+        if (
+            not evicted
+            and _active(pod)
+            and (pod.get("spec") or {}).get("nodeName") not in faults
+            and (meta.get("creationTimestamp") or "") < fault_at
+        ):
+            return True
+    return False
 
 
 def _active(pod: dict[str, Any]) -> bool:

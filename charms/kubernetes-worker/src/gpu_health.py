@@ -29,6 +29,7 @@ import mig
 import yaml
 
 from charms.gpu_k8s.v0 import drain
+from charms.gpu_k8s.v0.kube_objects import GPU_HEALTHY
 from charms.gpu_k8s.v0.kubeadm import KUBELET_CONF
 from charms.gpu_k8s.v0.kubeclient import KubeError
 from charms.gpu_k8s.v0.kubernetes_cluster import quarantine_taint_patch
@@ -37,7 +38,6 @@ from charms.gpu_k8s.v0.system import SYSTEMCTL, CommandError, Host
 if TYPE_CHECKING:  # pragma: no cover
     from charms.gpu_k8s.v0.kubeclient import Kube
 
-CONDITION = "GpuHealthy"  # gpu_watcher.py's
 
 SERVICE = "gpu-k8s-gpu-watcher"
 SERVICE_FILE = f"/etc/systemd/system/{SERVICE}.service"
@@ -193,7 +193,7 @@ def status_message(node: str, unit: str, entries: list[dict]) -> str | None:
     need = NEXT.get(first.get("action", ""), "a repair")
     return (
         f"GPU {first['index']} ({first['uuid']}) quarantined at {first['at']}: "
-        f"{first['reason']}{others}; node {node} cordoned with condition GpuHealthy=False "
+        f"{first['reason']}{others}; node {node} cordoned with condition {GPU_HEALTHY}=False "
         f"and its pods evicted; NVIDIA's catalog asks for {need}; it stays out of service "
         f"until repaired and readmitted (readmit-gpu on {unit}: docs/how-to/gpu-day-2.md)"
     )
@@ -205,7 +205,7 @@ def repair_pending_message(node: str, entries: list[dict], method: str) -> str:
     others = f" (+{len(entries) - 1} more GPUs)" if len(entries) > 1 else ""
     return (
         f"GPU {first['index']} ({first['uuid']}) quarantined at {first['at']}: "
-        f"{first['reason']}{others}; node {node} cordoned with condition GpuHealthy=False "
+        f"{first['reason']}{others}; node {node} cordoned with condition {GPU_HEALTHY}=False "
         f"and its pods evicted; NoExecute taint asked of the control plane; "
         f"gpu-auto-repair: a {method} in this unit's turn from its next update-status"
     )
@@ -422,11 +422,11 @@ def _conditions_with_healthy(node_obj: dict, message: str, stamp: str) -> list[d
     conditions = [
         c
         for c in (node_obj.get("status") or {}).get("conditions") or []
-        if c.get("type") != CONDITION
+        if c.get("type") != GPU_HEALTHY
     ]
     conditions.append(
         {
-            "type": CONDITION,
+            "type": GPU_HEALTHY,
             "status": "True",
             "reason": "Readmitted",
             "message": message,

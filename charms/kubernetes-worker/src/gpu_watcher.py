@@ -282,7 +282,7 @@ POD_CGROUP = re.compile(
     r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
 )
 QUARANTINE = ("reset-gpu", "reboot", "support")  # weakest first: a later fault may raise it
-CONDITION = "GpuHealthy"
+CONDITION = "GpuHealthy"  # kube_objects.GPU_HEALTHY: no lib here (stdlib only); a test pins it
 CORDONED = "gpu-k8s/cordoned"  # lib drain.py CORDON_ANNOTATION: a cordon the charm lifts
 NVIDIA_RESOURCES = "nvidia.com/"  # nvidia.com/gpu, nvidia.com/mig-<profile>, renamed shares
 WINDOW_UNITS = {"s": 1, "m": 60, "h": 3600}

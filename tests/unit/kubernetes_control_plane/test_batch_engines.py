@@ -13,9 +13,11 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Callable
 
 import addons
 import batch_engines
+import gang_release
 import kueue
 import literals
 import pytest
@@ -24,7 +26,8 @@ from literals import CONSUMER_LABEL
 from ops import testing
 
 import charm
-from charms.gpu_k8s.v0 import kube_api
+from charms.gpu_k8s.v0 import kube_api, kube_objects, kubeclient
+from charms.gpu_k8s.v0.kubeclient import Kube
 from fakes.addons import EFS_CSI_PATH, JOBSET_VERSION, KUEUE_VERSION, release_manifest
 from fakes.control_plane import (
     deployed_charm,
@@ -1295,14 +1298,15 @@ def test_a_quarantine_records_the_move_on_each_team_jobset_with_pods_on_the_node
     admission policies let the leader write a consumer's running JobSet.
     """
     out = _two_gpu_workers(ctx, api)
-    whole = _jobset_gang(api, "a", "whole", ["gpu-0", "gpu-0"], 2)
-    split = _jobset_gang(api, "b", "split", ["gpu-0", "gpu-1"], 2)
+    # 4 GPUs held, 4 left after the quarantine: every gang still fits, none is deactivated
+    whole = _jobset_gang(api, "a", "whole", ["gpu-0", "gpu-0"], 1)
+    split = _jobset_gang(api, "b", "split", ["gpu-0", "gpu-1"], 1)
     away = _jobset_gang(api, "c", "away", ["gpu-1"], 1)
     raced = _jobset_gang(api, "d", "raced", ["gpu-0"], 1)
     restarted = api.get_object(raced)  # JobSet restarted it before this hook: counted there
     restarted["status"]["restarts"] = 1
     api.put_object(raced, restarted)
-    other = _jobset_gang(api, "system", "tool", ["gpu-0"], 1)
+    other = _jobset_gang(api, "system", "tool", ["gpu-0"], 0)
     other_ns = api.get_object("/api/v1/namespaces/system")
     other_ns["metadata"]["labels"] = {}
     api.put_object("/api/v1/namespaces/system", other_ns)
@@ -1319,6 +1323,7 @@ def test_a_quarantine_records_the_move_on_each_team_jobset_with_pods_on_the_node
     assert _moves(api, raced) == {"count": 0, "last": [{**entry, "restarted": True}]}
     assert _moves(api, away) is None
     assert _moves(api, other) is None
+    assert "kueue-deactivated" not in peer(out).local_app_data
     written = api.get_object(whole)["metadata"]["resourceVersion"]
 
     out = _worker_says(ctx, before, 0, **{"gpu-quarantine": json.dumps([BAD_GPU])})
@@ -1358,6 +1363,167 @@ def test_a_moves_record_a_team_forged_or_refused_neither_grows_nor_stops_the_qua
         "/api/v1/nodes/gpu-0"
     )["spec"]["taints"]
     assert api.get_object(WORKLOADS.format("b", "job-refused"))["spec"]["active"] is False
+
+
+def test_a_record_that_cannot_be_read_or_written_never_stops_the_quota_release(
+    ctx, machine, api, releases, monkeypatch
+):
+    """rereview44b F7: the JobSet GET and the pod LIST fail too (5xx, a timeout).
+
+    The quota is released first; each gang's record is its own: one JobSet unreadable,
+    another's pods unlistable, a third still gets its entry, and the hook ends active
+    with the taint set and the gangs that no longer fit deactivated.
+    """
+    out = _two_gpu_workers(ctx, api)
+    unread = _jobset_gang(api, "a", "unread", ["gpu-0"], 4)
+    unlisted = _jobset_gang(api, "b", "unlisted", ["gpu-0", "gpu-1"], 4)
+    fine = _jobset_gang(api, "c", "fine", ["gpu-0"], 2)
+    _fault(api, "gpu-0", XID79)
+    real = kubeclient._retry  # the client's retries, without their backoff's waits
+    monkeypatch.setattr(
+        kubeclient, "_retry", lambda retries, backoff, **kw: real(retries, 0.0, **kw)
+    )
+    api.inject(status=503, times=100, method="GET", path_prefix=unread)
+    api.inject(status=503, times=100, method="GET", path_prefix="/api/v1/namespaces/b/pods")
+
+    out = _worker_says(ctx, out, 0, **{"gpu-quarantine": json.dumps([BAD_GPU])})
+
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert {"key": "gpu-k8s.io/gpu-unhealthy", "effect": "NoExecute"} in api.get_object(
+        "/api/v1/nodes/gpu-0"
+    )["spec"]["taints"]
+    deactivated = json.loads(peer(out).local_app_data["kueue-deactivated"])
+    assert len(deactivated) == 2  # 10 GPUs held, 4 left: two gangs of 4 give theirs back
+    assert _moves(api, unread) is None and _moves(api, unlisted) is None
+    assert _moves(api, fine)["last"][0]["node"] == "gpu-0"
+
+
+def test_a_split_gang_deactivated_in_the_quarantine_hook_counts_its_move(
+    ctx, machine, api, releases
+):
+    """rereview44b F8: Kueue suspends it; JobSet restarts no suspended gang, so no count.
+
+    Its pods elsewhere are deleted by the suspension, not failed: the record's count is
+    the move's only one (`restarted` false), whereas a split gang that still fits is
+    restarted by JobSet (the test above).
+    """
+    out = _two_gpu_workers(ctx, api)
+    split = _jobset_gang(api, "a", "split", ["gpu-0", "gpu-1"], 4)
+    _jobset_gang(api, "b", "fills", ["gpu-1"], 4)  # 8 held, 4 left
+    _fault(api, "gpu-0", XID79)
+
+    out = _worker_says(ctx, out, 0, **{"gpu-quarantine": json.dumps([BAD_GPU])})
+
+    assert out.unit_status.name == "active", out.unit_status.message
+    assert api.get_object(WORKLOADS.format("a", "job-split"))["spec"]["active"] is False
+    entry = {"node": "gpu-0", "reason": XID79["message"], "at": XID79["lastTransitionTime"]}
+    assert _moves(api, split) == {"count": 1, "last": [{**entry, "restarted": False}]}
+
+
+def _failed(api, ns: str, pod: str, *, disrupted: bool) -> None:
+    """The pod's container exited 143; evicted (DisruptionTarget) or on its own."""
+    path = f"/api/v1/namespaces/{ns}/pods/{pod}"
+    found = api.get_object(path)
+    stamp = "2026-11-28T06:00:01Z"
+    conditions = [{"type": "Ready", "status": "False", "lastTransitionTime": stamp}]
+    if disrupted:
+        conditions.append(
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "EvictionByEvictionAPI",
+                "lastTransitionTime": stamp,
+            }
+        )
+    found["status"] = {"phase": "Failed", "conditions": conditions}
+    api.put_object(path, found)
+
+
+def test_a_gang_whose_peer_already_stopped_on_its_own_is_counted_by_its_jobset_restart(
+    ctx, machine, api, releases
+):
+    """rereview44b F9: a peer's launcher exits 143 without DisruptionTarget (FailJob).
+
+    The JobSet's failure policy restarts the gang (stoppedNotCounted) and its status
+    counts the move: the entry says `restarted`, whatever the leader sees of the JobSet's
+    status yet. A peer evicted (DisruptionTarget: its Job replaces it) is no restart.
+    """
+    out = _two_gpu_workers(ctx, api)
+    stopped = _jobset_gang(api, "a", "stopped", ["gpu-0", "gpu-0"], 1)
+    _failed(api, "a", "stopped-1", disrupted=False)
+    evicted = _jobset_gang(api, "b", "evicted", ["gpu-0", "gpu-0"], 1)
+    _failed(api, "b", "evicted-1", disrupted=True)
+    _fault(api, "gpu-0", XID79)
+
+    out = _worker_says(ctx, out, 0, **{"gpu-quarantine": json.dumps([BAD_GPU])})
+
+    assert out.unit_status.name == "active", out.unit_status.message
+    entry = {"node": "gpu-0", "reason": XID79["message"], "at": XID79["lastTransitionTime"]}
+    assert _moves(api, stopped) == {"count": 0, "last": [{**entry, "restarted": True}]}
+    assert _moves(api, evicted) == {"count": 1, "last": [{**entry, "restarted": False}]}
+
+
+class _Racing(Kube):
+    """The leader's client; `race` runs once, after its first GET of a JobSet.
+
+    What another writer does between the leader's read and its write: kube-apiserver
+    orders them, the fake at the line `race` runs.
+    """
+
+    race: Callable[[], None] | None = None
+
+    def get(self, api_version, kind, *args, **kwargs):
+        found = super().get(api_version, kind, *args, **kwargs)
+        if kind == "JobSet" and self.race is not None:
+            race, self.race = self.race, None
+            race()
+        return found
+
+
+def test_a_record_written_since_it_was_read_is_read_again_never_overwritten(
+    ctx, machine, api, releases
+):
+    """rereview44b F10: the PATCH names the JobSet's uid and resourceVersion.
+
+    Another writer (an old leader's hook still running) adds its entry between the
+    leader's GET and PATCH: 409, read again, both entries kept. A JobSet deleted and
+    made again under the name in between: 409, and the new one (another uid than the
+    Workload's owner) gets nothing.
+    """
+    _two_gpu_workers(ctx, api)
+    js = api.get_object(_jobset_gang(api, "a", "raced", ["gpu-0"], 1))
+    workload = api.get_object(WORKLOADS.format("a", "job-raced"))
+    pods = api.objects("/api/v1/namespaces/a/pods/")
+    faults = {"gpu-0": XID79}
+    other = {"node": "gpu-1", "reason": "Xid48", "at": "2026-11-27T00:00:00Z"}
+
+    def old_leader():
+        now = api.get_object(JOBSETS.format("a", "raced"))
+        patch = kube_objects.moves_patch(now, other["node"], other["reason"], other["at"], False)
+        now["metadata"]["annotations"] = patch["metadata"]["annotations"]
+        api.put_object(JOBSETS.format("a", "raced"), now)
+
+    with _Racing.from_kubeconfig(api.kubeconfig(), retries=0) as kube:
+        kube.race = old_leader
+        gang_release.mark_moves(kube, workload, pods, faults)
+    entry = {"node": "gpu-0", "reason": XID79["message"], "at": XID79["lastTransitionTime"]}
+    assert _moves(api, JOBSETS.format("a", "raced")) == {
+        "count": 2,
+        "last": [{**other, "restarted": False}, {**entry, "restarted": False}],
+    }
+
+    def recreated():
+        api.delete_object(JOBSETS.format("a", "raced"))
+        api.put_object(
+            JOBSETS.format("a", "raced"),
+            {**js, "metadata": {"name": "raced", "namespace": "a", "uid": "js-a-raced-2"}},
+        )
+
+    later = {**XID79, "lastTransitionTime": "2026-11-29T06:00:00Z"}  # a new quarantine
+    with _Racing.from_kubeconfig(api.kubeconfig(), retries=0) as kube:
+        kube.race = recreated
+        gang_release.mark_moves(kube, workload, pods, {"gpu-0": later})
+    assert _moves(api, JOBSETS.format("a", "raced")) is None
 
 
 def _held(name: str, usage: dict, priority: int = 0, **status) -> dict:

@@ -12,6 +12,8 @@ import pytest
 from charms.gpu_k8s.v0.kube_objects import (
     MOVES_ANNOTATION,
     MOVES_KEPT,
+    MOVES_MAX_BYTES,
+    MOVES_MAX_COUNT,
     fingerprint,
     gpu_fault,
     moves_of,
@@ -178,3 +180,59 @@ def test_a_gpu_fault_is_the_false_gpu_healthy_condition():
     assert gpu_fault({"status": {"conditions": [{**fault, "status": "True"}]}}) is None
     assert gpu_fault({"status": {}}) is None
     assert gpu_fault(None) is None
+
+
+def test_a_forged_record_of_non_ascii_and_a_huge_count_is_rewritten_within_the_read_bound():
+    """The leader's write reads back: printable ASCII only, `count` capped (rereview44b F6).
+
+    json.dumps' default ensure_ascii writes an astral character as 12 characters: the
+    leader once turned a 2 KB forged record into 13 KB, past its own read bound, and lost
+    its entry and the once-per-quarantine dedupe with it.
+    """
+    forged = {
+        "count": int("9" * 1000),
+        "last": [
+            {"node": "\U0001f600" * 253, "reason": "\U0001f600" * 200, "at": "\u00e9" * 40}
+            for _ in range(2)
+        ],
+    }
+    js = _annotated(json.dumps(forged, ensure_ascii=False))
+    count, last = moves_of(js)
+    assert count == MOVES_MAX_COUNT
+    assert {e["node"] for e in last} == {"?" * 253}  # no team text reaches job-status raw
+    js = _apply(js, moves_patch(js, "gpu-\u00e9", "Xid79\x1b[2J\n", "2026-11-28T06:00:00Z", False))
+    text = js["metadata"]["annotations"][MOVES_ANNOTATION]
+    assert text.isascii() and text.isprintable()
+    count, last = moves_of(js)
+    assert count == MOVES_MAX_COUNT
+    assert last[-1] == {
+        "node": "gpu-?",
+        "reason": "Xid79?[2J?",
+        "at": "2026-11-28T06:00:00Z",
+        "restarted": False,
+    }
+    assert moves_patch(js, "gpu-\u00e9", "again", "2026-11-28T06:00:00Z", False) is None
+
+
+def test_the_longest_record_the_leader_writes_reads_back():
+    """Each field at its bound, of the characters JSON escapes, count at its cap."""
+    full = {"node": '"' * 253, "reason": "\\" * 200, "at": '"' * 40, "restarted": False}
+    js = _annotated(json.dumps({"count": MOVES_MAX_COUNT, "last": [full] * MOVES_KEPT}))
+    assert moves_of(js) == (MOVES_MAX_COUNT, [full] * MOVES_KEPT)
+    js = _apply(js, moves_patch(js, '"' * 300, "\\" * 300, "t" * 50, False))
+    assert len(js["metadata"]["annotations"][MOVES_ANNOTATION].encode()) <= MOVES_MAX_BYTES
+    count, last = moves_of(js)
+    assert (count, len(last), last[-1]["at"]) == (MOVES_MAX_COUNT, MOVES_KEPT, "t" * 40)
+
+
+def test_a_record_still_too_long_to_read_back_keeps_its_count_and_the_new_move(monkeypatch):
+    """Should the bounds ever allow a write past the read bound, the old entries go."""
+    import charms.gpu_k8s.v0.kube_objects as lib
+
+    js = _annotated(json.dumps({"count": 4, "last": [{"node": "a", "reason": "r", "at": "t"}]}))
+    monkeypatch.setattr(lib, "MOVES_MAX_BYTES", 120)
+    js = _apply(js, moves_patch(js, "gpu-b", "Xid79", "2026-11-28T06:00:00Z", False))
+    assert moves_of(js) == (
+        5,
+        [{"node": "gpu-b", "reason": "Xid79", "at": "2026-11-28T06:00:00Z", "restarted": False}],
+    )

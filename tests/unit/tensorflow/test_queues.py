@@ -546,6 +546,22 @@ def test_a_gang_that_still_fits_after_a_quarantine_is_never_touched(
     assert {p["spec"].get("nodeName") for p in training_pods(api)} == {"gpu-b"}
 
 
+UNCOUNTED = (
+    "1 (not counted toward max-restarts: a drain, a GPU quarantine or an eviction took the "
+    "job's pods back)"
+)
+
+
+def _settled_moves(ctx, state, api, controller, *, restarts: int) -> str:
+    """The job "big" settles on gpu-b after `restarts` JobSet restarts; its `moves` then."""
+    for _ in range(3):
+        controller.tick()
+    assert {p["spec"].get("nodeName") for p in training_pods(api)} == {"gpu-b"}
+    assert jobset(api, "big")["status"].get("restarts", 0) == restarts
+    results, _ = run_action(ctx, state, "job-status", job="big")
+    return results["moves"]
+
+
 def test_a_whole_gang_on_a_quarantined_node_counts_one_move_naming_the_node_and_the_fault(
     ctx, state, api, controller, fake_time
 ):
@@ -570,17 +586,43 @@ def test_a_whole_gang_on_a_quarantined_node_counts_one_move_naming_the_node_and_
 
     size_cohort(api, released=["gpu-a"])  # the same hook again: its pods still leave gpu-a
 
-    for _ in range(3):
-        controller.tick()
-    assert {p["spec"].get("nodeName") for p in training_pods(api)} == {"gpu-b"}
-    assert jobset(api, "big")["status"].get("restarts", 0) == 0
-    results, _ = run_action(ctx, state, "job-status", job="big")
-    assert results["moves"] == (
-        "1 (not counted toward max-restarts: a drain, a GPU quarantine or an eviction took "
-        f"the job's pods back); {where}"
-    )
+    assert _settled_moves(ctx, state, api, controller, restarts=0) == f"{UNCOUNTED}; {where}"
     results, _ = run_action(ctx, state, "job-status", job="near")
     assert "moves" not in results
+
+
+def test_a_gang_whose_peer_stopped_before_the_leaders_hook_counts_its_move_once(
+    ctx, state, api, controller, fake_time
+):
+    """rereview44b F9: JobSet's restart, not the record, counts this move.
+
+    "big" (3 workers) all on gpu-a: the watcher evicts worker 0 (the bad GPU's), worker
+    1's launcher sees the gang stop and exits 143 with no DisruptionTarget (its Job
+    fails, FailJob) before the leader's quarantine hook, while worker 2 still runs
+    there. JobSet restarts the gang (stoppedNotCounted) and counts it; the record says
+    `restarted`, so job-status says 1, not 2.
+    """
+    gpu = {"gpus-per-worker": 1, "cpu": "1", "memory": "4Gi"}
+    add_nodes(api, node("gpu-a", 3), node("cpu-0"))
+    results, _ = run_action(ctx, state, "train", job="big", workers=3, **gpu)
+    assert results["state"] == "running"
+    add_nodes(api, node("gpu-b", 3))
+    path = "/api/v1/nodes/gpu-a"
+    quarantined = api.get_object(path)
+    quarantined["status"]["conditions"].append(XID79)  # the watcher's, then its cordon
+    quarantined["spec"]["unschedulable"] = True
+    api.put_object(path, quarantined)
+    controller.evict("big", "worker", 0)
+    controller.end_pod("big", "worker", 1, "Failed", exit_code=143)
+    quarantined = api.get_object(path)
+    quarantined["spec"]["taints"].append(dict(QUARANTINE_TAINT))  # the leader's hook
+    api.put_object(path, quarantined)
+    size_cohort(api, released=["gpu-a"])
+
+    assert _settled_moves(ctx, state, api, controller, restarts=1) == (
+        f"{UNCOUNTED}; off node gpu-a after a GPU fault at 2026-11-28T06:00:00Z: "
+        "GPU 0 (GPU-7f3e9a2c): GPU has fallen off the bus; repair: reboot"
+    )
 
 
 # -- train dry-run=true agrees with Kueue (issue 31 item 6) ---------------------------------

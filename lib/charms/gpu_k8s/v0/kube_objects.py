@@ -19,7 +19,7 @@ from typing import Any
 
 LIBID = "58b81ae64c724083a9b79279b6369a0e"
 LIBAPI = 0
-LIBPATCH = 4
+LIBPATCH = 5
 
 # The extended resource NVIDIA's device plugin advertises (k8s-device-plugin README).
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -54,12 +54,16 @@ GPU_HEALTHY = "GpuHealthy"
 # charm's job-status reads it. A JobSet is its team's to write, annotations included: a
 # record the team edits lies to its own job-status only, and is read as untrusted text
 # (`moves_of`: bounded, malformed parts dropped), so an edit cannot make the leader's
-# write larger than MOVES_KEPT bounded entries.
+# write larger than MOVES_KEPT bounded entries. Each field is kept printable ASCII (any
+# other character read as "?": no escape sequence reaches job-status), so JSON writes at
+# most 2 bytes a character (`\"`, `\\`) and the longest record the leader writes, about
+# 5.2 KB, reads back under MOVES_MAX_BYTES; a text longer than that is not its own.
 MOVES_ANNOTATION = "gpu-k8s.io/moves"
 MOVES_KEPT = 5
 # the longest field kept: a Node name (a DNS subdomain), the reason, an RFC 3339 time
 _MOVE_FIELDS = {"node": 253, "reason": 200, "at": 40}
-_MOVES_MAX_CHARS = 8192  # what the leader writes stays far below; longer is not its own
+MOVES_MAX_BYTES = 8192
+MOVES_MAX_COUNT = 10**6  # a larger count, only a team's own, reads as this
 
 
 def count(value: Any) -> int:
@@ -123,12 +127,13 @@ def gpu_fault(node: dict | None) -> dict | None:
 def moves_of(obj: Mapping[str, Any] | None) -> tuple[int, list[dict[str, Any]]]:
     """(count, last) of the MOVES_ANNOTATION record on `obj`: (0, []) absent or unreadable.
 
-    An entry without a text `node`, `reason` and `at` is dropped, each text cut to its
-    bound, `restarted` true only when it is; a `count` that is no whole number from 0 is
-    that of the entries kept.
+    A text over MOVES_MAX_BYTES (UTF-8) is not read. An entry without a text `node`,
+    `reason` and `at` is dropped, each text cut to its bound and kept printable ASCII,
+    `restarted` true only when it is; a `count` that is no whole number from 0 is that
+    of the entries kept, one over MOVES_MAX_COUNT is that.
     """
     raw = (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(MOVES_ANNOTATION)
-    if not isinstance(raw, str) or len(raw) > _MOVES_MAX_CHARS:
+    if not isinstance(raw, str) or len(raw.encode(errors="replace")) > MOVES_MAX_BYTES:
         return 0, []
     try:
         data = json.loads(raw)
@@ -140,7 +145,7 @@ def moves_of(obj: Mapping[str, Any] | None) -> tuple[int, list[dict[str, Any]]]:
     if not isinstance(entries, list):
         entries = []
     last = [
-        {f: e[f][:size] for f, size in _MOVE_FIELDS.items()}
+        {f: _printable(e[f], size) for f, size in _MOVE_FIELDS.items()}
         | {"restarted": e.get("restarted") is True}
         for e in entries
         if isinstance(e, dict) and all(isinstance(e.get(f), str) for f in _MOVE_FIELDS)
@@ -148,7 +153,12 @@ def moves_of(obj: Mapping[str, Any] | None) -> tuple[int, list[dict[str, Any]]]:
     count = data.get("count")
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
         count = sum(not e["restarted"] for e in last)
-    return count, last
+    return min(count, MOVES_MAX_COUNT), last
+
+
+def _printable(text: str, size: int) -> str:
+    """`text` cut to `size` characters, each not printable ASCII read as "?"."""
+    return "".join(c if " " <= c <= "~" else "?" for c in text[:size])
 
 
 def moves_patch(
@@ -163,14 +173,20 @@ def moves_patch(
     move (`count` does not).
     """
     count, last = moves_of(obj)
-    entry = {"node": node, "reason": reason, "at": at}
-    entry = {f: v[: _MOVE_FIELDS[f]] for f, v in entry.items()}
+    given = {"node": node, "reason": reason, "at": at}
+    entry: dict[str, Any] = {f: _printable(v, _MOVE_FIELDS[f]) for f, v in given.items()}
     if any(e["node"] == entry["node"] and e["at"] == entry["at"] for e in last):
         return None
-    moved = [*last, {**entry, "restarted": restarted}][-MOVES_KEPT:]
-    record = {"count": count + (0 if restarted else 1), "last": moved}
-    text = json.dumps(record, sort_keys=True, separators=(",", ":"))
+    entry["restarted"] = restarted
+    count = min(count + (0 if restarted else 1), MOVES_MAX_COUNT)
+    text = _moves_text(count, [*last, entry][-MOVES_KEPT:])
+    if len(text.encode()) > MOVES_MAX_BYTES:  # never with the bounds above: kept readable
+        text = _moves_text(count, [entry])
     return {"metadata": {"annotations": {MOVES_ANNOTATION: text}}}
+
+
+def _moves_text(count: int, last: list[dict[str, Any]]) -> str:
+    return json.dumps({"count": count, "last": last}, sort_keys=True, separators=(",", ":"))
 
 
 def fingerprint(data: Any, *extra: str) -> str:

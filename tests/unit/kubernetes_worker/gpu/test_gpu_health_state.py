@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 
 import gpu_health
+import gpu_watcher
 
+from charms.gpu_k8s.v0 import kube_objects
 from charms.gpu_k8s.v0.system import SYSTEMCTL
 from fakes.machine import FakeMachine
 
@@ -70,3 +72,20 @@ def test_the_history_keeps_failures_of_the_last_day_past_its_50_and_trims_the_re
     assert (
         times == [("2026-11-26T11:00:00Z", "failed")] + [("2026-11-27T10:00:00Z", "refused")] * 50
     )
+
+
+def test_the_watcher_sets_the_one_gpu_healthy_condition_the_charms_read():
+    """rereview44b F11: the watcher runs on the machine's python3 without the lib.
+
+    It spells the condition type itself; the charms (gpu_health's readmission, the
+    control plane's record of a move, the tensorflow charm's job-status) read
+    kube_objects.GPU_HEALTHY, which must be the same word.
+    """
+    assert gpu_watcher.CONDITION == kube_objects.GPU_HEALTHY
+    readmitted = gpu_health._conditions_with_healthy(
+        {"status": {"conditions": [{"type": gpu_watcher.CONDITION, "status": "False"}]}},
+        "repaired",
+        "2026-11-28T07:00:00Z",
+    )
+    assert [(c["type"], c["status"]) for c in readmitted] == [(gpu_watcher.CONDITION, "True")]
+    assert kube_objects.gpu_fault({"status": {"conditions": readmitted}}) is None
