@@ -72,7 +72,7 @@ def test_a_departed_consumer_with_a_claim_in_use_stays_published_until_it_goes(c
     out = ctx.run(ctx.on.update_status(), _without_consumer(out))
     published = json.loads(relation_of(out, "kube-api").local_app_data["storage-consumers"])
     assert published == {"tensorflow": ""}  # so its pod reads in training stay
-    assert "is used by pods trainer-0" in out.unit_status.message
+    assert "pods trainer-0 use it" in out.unit_status.message
     env.api.delete_object("/api/v1/namespaces/training/pods/trainer-0")
     out = ctx.run(ctx.on.update_status(), out)
     assert env.pvc("training", CLAIM) is None

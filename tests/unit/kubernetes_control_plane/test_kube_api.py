@@ -470,7 +470,12 @@ def test_a_provisioner_is_fenced_to_the_consumers_it_publishes_and_told_once_app
     assert json.loads(out.get_relation(efs.id).local_app_data["storage-consumers"]) == {}
     assert _served(api) == {}
     writes = [r for r in api.requests[requests:] if r.method != "GET"]
-    assert not [r for r in writes if "rbac" in r.path or "/token" in r.path], writes
+    reads = "gpu-k8s%3Aprovisioner-pods%3Aefs-storage"  # its pod reads where it served
+    assert not [r for r in writes if ("rbac" in r.path and reads not in r.path)], writes
+    assert not [r for r in writes if "/token" in r.path], writes
+    for ns in ("training", "serving"):
+        roles = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles/"
+        assert api.get_object(f"{roles}gpu-k8s:provisioner-pods:efs-storage") is None
 
 
 def _served(api) -> dict:
