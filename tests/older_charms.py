@@ -5,10 +5,23 @@ older charm asks for. The requests are recorded here, each with the revision it 
 the control plane's suite (test_older_consumers.py) runs them against the charm and the
 docs suite (test_day2_commands.py) ties the page's wording to that. An efs-storage
 from before it published `storage-consumers` (commit d8b6106^) asked for the rules it asks
-for today (charms/efs-storage/src/literals.py, unchanged since), without that key.
+for today (charms/efs-storage/src/literals.py) without that key, and besides them for
+reading pods cluster-wide, as it did until the control plane granted those reads per
+served namespace (review44a G8; commit 0421f29, `old_efs_cluster_rules`).
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+# What efs-storage asked for cluster-wide besides today's rules until commit 0421f29
+# (charms/efs-storage/src/literals.py CLUSTER_RULES, its last entry).
+OLD_EFS_POD_READS = {"api-groups": [""], "resources": ["pods"], "verbs": ["get", "list"]}
+
+
+def old_efs_cluster_rules(today: list[Any]) -> list[Any]:
+    """The cluster-wide rules an efs-storage of commit 0421f29 and earlier asked for."""
+    return [*today, OLD_EFS_POD_READS]
 
 
 # The cluster rules of the tensorflow charm before the control plane owned the teams'

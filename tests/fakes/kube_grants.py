@@ -111,8 +111,19 @@ _SERVED: weakref.WeakKeyDictionary[FakeKubeApiServer, dict[tuple[str, str], dict
 
 
 def admit_served(api: FakeKubeApiServer, account: tuple[str, str], served: dict[str, str]) -> None:
-    """The control plane admits `served` (namespace -> access point) for `account`."""
-    _SERVED.setdefault(api, {})[account] = dict(served)
+    """The control plane admits `served` (namespace -> access point) for `account`.
+
+    As addons.apply_provisioner_claims_policy does, with the policy: `account` may list the
+    pods of each namespace served (rbac.provisioner_pods_manifests), of no other.
+    """
+    before = _SERVED.setdefault(api, {}).get(account, {})
+    for namespace in sorted(set(before) - set(served)):
+        for manifest in rbac().provisioner_pods_manifests(account, namespace):
+            api.delete_object(_path(manifest))
+    for namespace in sorted(served):
+        for manifest in rbac().provisioner_pods_manifests(account, namespace):
+            api.put_object(_path(manifest), manifest)
+    _SERVED[api][account] = dict(served)
     store_admission_policies(api)
 
 

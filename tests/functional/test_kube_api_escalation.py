@@ -42,6 +42,7 @@ from charms.gpu_k8s.v0.kube_api import (
     RequirerAppData,
     Rule,
     check_policy,
+    without_legacy_reads,
 )
 from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from fakes.csi_node import daemon_pod
@@ -902,3 +903,82 @@ def test_without_the_bounds_a_big_role_is_refused_by_the_api_server(
             rbac.apply(kube, grant)
         assert (refused.value.status, refused.value.message) == (status, message)
         assert kube.get(RBAC_V1, "Role", f"gpu-k8s-{HOSTILE}", HOSTILE) is None
+
+
+# -- A storage provisioner's pod reads (review44a G8) ---------------------------------------
+
+PROVISIONER = ("efs-storage", "efs-storage")  # its namespace and ServiceAccount
+
+
+def _provisioner_grant(rbac, cluster_rules: list[dict]):
+    efs = load("efs-storage", "literals")
+    return rbac.consumer_grant(
+        PROVISIONER[1],
+        PROVISIONER[0],
+        [Rule.model_validate(r) for r in efs.NAMESPACED_RULES],
+        [Rule.model_validate(r) for r in cluster_rules],
+        provisioner=True,
+    )
+
+
+def _pods_refused(status: int, answer) -> bool:
+    user = f"system:serviceaccount:{PROVISIONER[0]}:{PROVISIONER[1]}"
+    return status == 403 and f'User "{user}" cannot ' in (answer or {}).get("message", "")
+
+
+def test_a_provisioner_may_not_ask_to_read_pods_cluster_wide():
+    """Each team's pod specs (env values, command lines) are its own (review44a G8).
+
+    efs-storage of today asks for no cluster-wide pod reads, an older one's rule is left out
+    of its grant, and anyone else's is refused.
+    """
+    efs = load("efs-storage", "literals")
+    pods = {"api-groups": [""], "resources": ["pods"], "verbs": ["get", "list"]}
+    assert pods not in efs.CLUSTER_RULES
+    older = RequirerAppData.model_validate(
+        {"namespace": "efs-storage", "cluster-rules": [*efs.CLUSTER_RULES, pods]}
+    )
+    error = check_policy(older, provisioner=True)
+    assert error is not None and "get, list on pods is not on the cluster-wide" in error
+    assert check_policy(without_legacy_reads(older), provisioner=True) is None
+    assert without_legacy_reads(older).cluster_rules == [
+        Rule.model_validate(r) for r in efs.CLUSTER_RULES
+    ]
+    # only reads of pods alone are left out: a write, or another resource with them, is not
+    for rule in (
+        {**pods, "verbs": ["get", "delete"]},
+        {**pods, "resources": ["pods", "secrets"]},
+        {**pods, "resources": ["pods/log"]},
+    ):
+        asked = RequirerAppData.model_validate(
+            {"namespace": "efs-storage", "cluster-rules": [rule]}
+        )
+        assert check_policy(without_legacy_reads(asked), provisioner=True) is not None, rule
+
+
+def test_a_provisioner_lists_pods_only_in_the_namespaces_it_serves(rbac, kube, kube_api):
+    token = rbac.apply(
+        kube, _provisioner_grant(rbac, load("efs-storage", "literals").CLUSTER_RULES)
+    )
+    for team in ("team-a", "team-b"):
+        kube_api.put_object(f"/api/v1/namespaces/{team}", {"metadata": {"name": team}})
+        pod = {**_restricted_pod(), "metadata": {"name": "p", "namespace": team}}
+        kube_api.put_object(f"/api/v1/namespaces/{team}/pods/p", pod)
+    where = {
+        "team-a": "/api/v1/namespaces/team-a/pods",
+        "team-b": "/api/v1/namespaces/team-b/pods",
+        "cluster": "/api/v1/pods",
+    }
+    for path in where.values():  # the probe: serving nobody, it reads no team's pods
+        assert _pods_refused(*call(kube_api, token, "GET", path)), path
+    served = rbac.provisioner_pods_manifests(PROVISIONER, "team-a")
+    for manifest in served:  # the control plane serves it team-a (addons)
+        kube.apply(manifest, field_manager="kubernetes-control-plane")
+    status, answer = call(kube_api, token, "GET", where["team-a"])
+    assert status == 200 and [p["metadata"]["name"] for p in answer["items"]] == ["p"]
+    assert _pods_refused(*call(kube_api, token, "GET", where["team-b"]))
+    assert _pods_refused(*call(kube_api, token, "GET", where["cluster"]))
+    # list only: no pod by name, no watch, no write there
+    assert _pods_refused(*call(kube_api, token, "GET", f"{where['team-a']}/p"))
+    assert _pods_refused(*call(kube_api, token, "GET", f"{where['team-a']}?watch=true"))
+    assert _pods_refused(*call(kube_api, token, "DELETE", f"{where['team-a']}/p"))

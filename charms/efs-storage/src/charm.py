@@ -47,7 +47,15 @@ from literals import (
     SHARED_STORAGE,
 )
 from operator_actions import OperatorActions
-from storage import ClaimState, Managed, Storage, claim_spec, namespace_problem
+from storage import (
+    CLAIMS_IN_USE,
+    ClaimState,
+    Managed,
+    Storage,
+    claim_spec,
+    kept_line,
+    namespace_problem,
+)
 
 from charms.gpu_k8s.v0.cos_agent import CosAgentProvider
 from charms.gpu_k8s.v0.databag import write
@@ -60,8 +68,6 @@ from charms.gpu_k8s.v0.system import machine
 from charms.gpu_k8s.v0.unit_state import Gauge
 
 logger = logging.getLogger(__name__)
-
-CLAIMS_IN_USE = "removing: claim "
 
 
 class TeardownPendingError(Exception):
@@ -277,7 +283,7 @@ class EfsStorageCharm(ops.CharmBase):
         requests = sorted(self.shared_storage.requests(), key=lambda r: r.relation.id)
         accepted = self._accept(kube, holdings, config, access, requests)
         points = access_points(access, config, accepted)
-        self._publish_served(accepted, points, access)
+        self._publish_served(accepted, points, access, managed)
         for request, directory in accepted:
             point = points.get(request.app_name)
             if isinstance(point, aws.AwsApiError):
@@ -319,12 +325,7 @@ class EfsStorageCharm(ops.CharmBase):
             )
         in_use = storage.release_all_except(keep, managed)
         for key, pods in sorted(in_use.items()):
-            self._statuses.add(
-                ops.BlockedStatus(
-                    f"claim {key} is no longer wanted but pods {', '.join(pods[:5])} use it; "
-                    "delete them to release it"
-                )
-            )
+            self._statuses.add(ops.BlockedStatus(kept_line(key, pods)))
         self._stored.claims = sorted({s.spec.key for s in states} | set(in_use))
         # A consumer keeps what it holds while it is related or pods still use its claim.
         related = {r.app_name for r in requests}
@@ -340,6 +341,7 @@ class EfsStorageCharm(ops.CharmBase):
         accepted: list[tuple[StorageRequest, str | None]],
         points: dict,
         access: Access,
+        managed: list[Managed],
     ) -> None:
         """Publish whom this application serves (lib kube_api storage-consumers).
 
@@ -348,6 +350,9 @@ class EfsStorageCharm(ops.CharmBase):
         those consumers' volumes and claims. Until it names a new one, that consumer's
         writes are refused and it waits (storage.py _not_admitted); the control plane's
         answer (the same field on its side) brings relation-changed, and it is served.
+        A consumer no longer served whose claim is left (pods use it) stays named, with
+        the access point it mounts: the control plane lets this application list pods only
+        in the namespaces of those it names, and the claim goes once none uses it.
         """
         served: dict[str, str] = {}
         for request, _ in accepted:
@@ -355,6 +360,10 @@ class EfsStorageCharm(ops.CharmBase):
             if isinstance(point, aws.AwsApiError) or (access.confining and point is None):
                 continue
             served[request.app_name] = point.access_point_id if point is not None else ""
+        names = {request.app_name for request, _ in accepted}
+        for left in managed:
+            if left.consumer and left.consumer not in names and left.claim_name:
+                served.setdefault(left.consumer, left.access_point or "")
         self.kube_api.publish_storage_consumers(served)
 
     def _accept(
@@ -495,12 +504,7 @@ class EfsStorageCharm(ops.CharmBase):
             self._stored.claims = sorted(in_use)
             if in_use:
                 key, pods = sorted(in_use.items())[0]
-                self._statuses.add(
-                    ops.BlockedStatus(
-                        f"{CLAIMS_IN_USE}{key} is used by pods {', '.join(pods[:5])}; "
-                        "delete them to finish removal"
-                    )
-                )
+                self._statuses.add(ops.BlockedStatus(kept_line(key, pods, removing=True)))
                 return False
         desired = self._desired(config)
         manager = self._efs(config)

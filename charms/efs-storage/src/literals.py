@@ -61,5 +61,6 @@ CLUSTER_RULES: list[Any] = [
         "resources": ["persistentvolumeclaims"],
         "verbs": ["get", "list", "create", "patch", "delete"],
     },
-    {"api-groups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+    # No pods: the control plane grants listing them (storage.py pods_using) in the
+    # namespace of each consumer it admits (lib kube_api PROVISIONER_RULES), nowhere else.
 ]

@@ -18,8 +18,11 @@ rules only in the requester's own namespace, so two designs were possible:
    creates both objects itself.
 
 We chose 2. The extra privilege is limited to PersistentVolumeClaims (get, list, create,
-patch, delete) plus read-only pods (get, list), which the removal path needs anyway to
-refuse deleting a claim that pods still mount. In exchange the contract stays as the
+patch, delete), plus listing pods in each namespace of a consumer it serves (a Role the
+control plane writes there: lib kube_api PROVISIONER_RULES), which the removal path needs
+anyway to refuse deleting a claim that pods still mount. Where it may not list them (a
+consumer not admitted yet, or one whose grant is gone: 403), a claim is kept: one not
+proved unused is never deleted (`pods_using`). In exchange the contract stays as the
 product describes it: consumers need no storage rights at all, the PV/PVC pair is made and
 removed by one owner (so it never ends half-created across two charms), and the claim is
 pre-bound both ways (`PV.spec.claimRef` and `PVC.spec.volumeName`) so no other claim can
@@ -70,6 +73,38 @@ ADMISSION_DENIAL = "denied request: "
 # The label the control plane puts on the namespace it grants a kube-api consumer: the
 # consumer's application name (kubernetes-control-plane literals.CONSUMER_LABEL).
 LABEL_NAMESPACE_CONSUMER = "gpu-k8s.io/consumer"
+# Why a namespace's pods cannot be read (`pods_using`): the control plane lets this
+# application list them only where it serves a consumer it admitted (lib kube_api
+# PROVISIONER_RULES).
+PODS_UNREADABLE = (
+    "the control plane lets efs-storage list pods only in the namespaces of the consumers it"
+    " serves"
+)
+
+
+# How the status of a removal held up by claims still used begins (charm.py _teardown)
+CLAIMS_IN_USE = "removing: claim "
+
+
+def kept_line(key: str, pods: list[str] | None, *, removing: bool = False) -> str:
+    """The status line of claim `key`, no longer wanted, that stays (`Storage.release`).
+
+    `pods`: those that use it, or None when they cannot be read; `removing`: the
+    application is being removed.
+    """
+    if removing and pods is None:
+        return f"{CLAIMS_IN_USE}{key} may be in use ({PODS_UNREADABLE}): kept"
+    if removing:
+        return (
+            f"{CLAIMS_IN_USE}{key} is used by pods {', '.join((pods or [])[:5])}; "
+            "delete them to finish removal"
+        )
+    if pods is None:
+        return f"claim {key} is no longer wanted but may be in use ({PODS_UNREADABLE}): kept"
+    return (
+        f"claim {key} is no longer wanted but pods {', '.join(pods[:5])} use it; "
+        "delete them to release it"
+    )
 
 
 class ClaimConflictError(Exception):
@@ -328,6 +363,14 @@ class Storage:
         moving = live_volume is not None and _live_source(live_volume) != volume_source(spec)
         if moving:
             users = self.pods_using(spec.namespace, spec.claim_name)
+            if users is None:
+                return ClaimState(
+                    spec,
+                    "",
+                    f"waiting to read the pods of namespace {spec.namespace} before moving "
+                    f"claim {spec.key}: {PODS_UNREADABLE}",
+                    waiting=True,
+                )
             if users and spec.access_point and _live_source(live_volume or {}).get("nfs"):
                 # Onto its access point (the same directory, the same owner): the claim
                 # keeps serving over NFS meanwhile, and moves once no pod holds it.
@@ -493,10 +536,22 @@ class Storage:
             raise
 
     # -- inspect --------------------------------------------------------------------------
-    def pods_using(self, namespace: str, claim_name: str) -> list[str]:
-        """Names of the pods in `namespace` (not finished) that mount `claim_name`."""
+    def pods_using(self, namespace: str, claim_name: str) -> list[str] | None:
+        """Names of the pods in `namespace` (not finished) that mount `claim_name`.
+
+        None when this application may not list them there (RBAC's 403: the control plane
+        grants it in the namespaces of the consumers it admits, PODS_UNREADABLE): nobody
+        can say the claim is unused.
+        """
         users = []
-        for pod in self.kube.list("v1", "Pod", namespace):
+        try:
+            pods = self.kube.list("v1", "Pod", namespace)
+        except KubeError as e:
+            if e.status != 403:
+                raise
+            logger.warning("cannot list the pods of namespace %s: %s", namespace, e.message)
+            return None
+        for pod in pods:
             if (pod.get("status") or {}).get("phase") in _FINISHED_PHASES:
                 continue
             for volume in (pod.get("spec") or {}).get("volumes") or []:
@@ -546,34 +601,37 @@ class Storage:
         return sorted(out, key=lambda m: (m.namespace, m.claim_name or "", m.volume_name or ""))
 
     # -- remove ---------------------------------------------------------------------------
-    def release(self, item: Managed) -> list[str]:
+    def release(self, item: Managed) -> list[str] | None:
         """Delete the claim and its volume unless pods use the claim; returns those pods.
 
-        The volume's reclaim policy is Retain, so the data on EFS is never touched.
+        None, and nothing deleted, when the pods of its namespace cannot be read
+        (`pods_using`). The volume's reclaim policy is Retain, so the data on EFS is never
+        touched.
         """
         if item.claim_name:
             users = self.pods_using(item.namespace, item.claim_name)
-            if users:
+            if users is None or users:
                 return users
         self._delete_pair(item.namespace, item.claim_name, item.volume_name)
         return []
 
     def release_all_except(
         self, keep: set[str], managed: list[Managed] | None = None
-    ) -> dict[str, list[str]]:
+    ) -> dict[str, list[str] | None]:
         """Release every managed pair whose claim (`namespace/claim`) or volume is not in `keep`.
 
         `managed` is what `managed()` returned earlier in this pass (listed again if None).
 
         Returns:
-            `namespace/claim` -> pods still using it, for the pairs that had to stay.
+            `namespace/claim` -> pods still using it, or None where they cannot be read,
+            for the pairs that had to stay.
         """
-        blocked: dict[str, list[str]] = {}
+        blocked: dict[str, list[str] | None] = {}
         for item in self.managed() if managed is None else managed:
             if item.key in keep or (item.claim_name is None and item.volume_name in keep):
                 continue
             users = self.release(item)
-            if users:
+            if users is None or users:
                 blocked[item.key] = users
         return blocked
 

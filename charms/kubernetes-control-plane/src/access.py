@@ -111,8 +111,9 @@ class Access:
         # Blocked lines for the status: consumers that asked for a namespace they may not
         # have (another consumer's, or one the system or an operator made).
         self.blocked: list[str] = []
-        # (consumer, error) of the grants and revocations an API error skipped this hook
-        self._skipped: list[tuple[str, KubeError]] = []
+        # (consumer, error) of the grants and revocations an API error, or a token not
+        # issued yet (a Waiting StatusError), skipped this hook
+        self._skipped: list[tuple[str, KubeError | StatusError]] = []
 
     def worker_kubeconfig(self, peers: Peers) -> str:
         """The shared workers' kubeconfig while a worker still uses it; "" once it is gone.
@@ -185,7 +186,9 @@ class Access:
 
         (None, why) is for what is this consumer's to fix: a namespace another holds, or a
         request the API server will never take, refuses
-        this consumer alone and never holds up the others; an unwell API server raises.
+        this consumer alone and never holds up the others; an unwell API server raises, as
+        does a TokenRequest answered without a token (rbac.TokenNotReadyError): both skip
+        this consumer for this hook (`serve_kube_api`).
         """
         try:
             if apply:
@@ -198,10 +201,6 @@ class Access:
             # its ServiceAccount is gone (deleted by hand): the whole grant again
             rbac.apply_objects(self._kube(), grant)
             return rbac.request_token(self._kube(), grant, TOKEN_SECONDS), ""
-        except rbac.TokenNotReadyError:
-            raise StatusError.waiting(
-                f"waiting for the token of {grant.service_account}"
-            ) from None
         except rbac.NamespaceTakenError as e:
             return None, str(e)
         except KubeError as e:
@@ -263,6 +262,9 @@ class Access:
                 notes += self._serve(request, serving)
             except KubeError as e:
                 self._skip(request.app_name, e)
+            except rbac.TokenNotReadyError:
+                waiting = StatusError.waiting(f"waiting for the token of {request.app_name}")
+                self._skip(request.app_name, waiting)
         for key in [k for k in granted if k not in seen and not self._relation_active(k)]:
             try:
                 self._revoke(granted[key], int(key), bag)
@@ -275,7 +277,7 @@ class Access:
             bag[KUBE_API_KEY] = after
         return notes
 
-    def _skip(self, consumer: str, error: KubeError) -> None:
+    def _skip(self, consumer: str, error: KubeError | StatusError) -> None:
         logger.warning("kube-api: skipped %s for this hook: %s", consumer, error)
         self._skipped.append((consumer, error))
 
@@ -284,13 +286,16 @@ class Access:
 
         Called last in the leader's reconcile, so that one consumer's error holds up no
         other consumer and no other step. The first error reads as any API error does
-        (`status.kube_status`), naming the consumers skipped; one that means no status
-        (unexpected) is raised, naming them, and fails the hook.
+        (`status.kube_status`), and a token not issued yet as Waiting, naming the consumers
+        skipped; one that means no status (unexpected) is raised, naming them, and fails
+        the hook.
         """
         if not self._skipped:
             return
         names = ", ".join(dict.fromkeys(name for name, _ in self._skipped))
         e = self._skipped[0][1]
+        if isinstance(e, StatusError):
+            raise StatusError(type(e.status)(f"kube-api grant of {names}: {e.status.message}"))
         status = kube_status(e, ADMIN_REFUSED_FIX)
         if status is None:
             raise KubeError(e.status, e.reason, f"kube-api grant of {names}: {e.message}")

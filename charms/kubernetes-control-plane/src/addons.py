@@ -73,6 +73,9 @@ NODE_METRICS_KEY = "node-metrics-rbac"
 ADMISSION_POLICIES_KEY = "admission-policies"  # what admission_policies last applied
 # what admission_policies.claims_manifests last applied (for the provisioners granted then)
 ADMISSION_CLAIMS_KEY = "admission-claims"
+# the provisioners' pod-read Roles applied: "<namespace> <provisioner ns> <provisioner>" ->
+# the fingerprint of what was applied there (rbac.provisioner_pods_manifests)
+PROVISIONER_PODS_KEY = "provisioner-pod-reads"
 MIG_MANAGER_KEY = "mig-manager"
 KUEUE_OBJECTS_KEY = "kueue-objects"
 TEAM_NETWORK_KEY = "team-network-policies"  # what network_policies applied, per namespace
@@ -300,6 +303,7 @@ class Addons:
             (g["namespace"], g["app"]): {namespaces[a]: p for a, p in admitted[k].items()}
             for k, g in ours.items()
         }
+        self._provisioner_pod_reads(bag, served)
         objects = admission_policies.claims_manifests(accounts, served)
         if self._apply_once(ADMISSION_CLAIMS_KEY, objects, fingerprint(objects), bag):
             logger.info(
@@ -311,6 +315,42 @@ class Addons:
                 or "none",
             )
         return admitted
+
+    def _provisioner_pod_reads(
+        self, bag: Bag, served: dict[tuple[str, str], dict[str, str]]
+    ) -> None:
+        """Let each provisioner list pods in the namespaces it serves, and nowhere else.
+
+        `served`: each provisioner's ServiceAccount (namespace, name) -> the namespaces of
+        the consumers admitted for it. A Role and RoleBinding is applied in each namespace
+        newly served (rbac.provisioner_pods_manifests) and deleted from each no longer
+        served, or whose provisioner is no longer granted; PROVISIONER_PODS_KEY records
+        them, so a hook where nothing changed sends no request.
+        """
+        try:
+            applied = json.loads(bag.get(PROVISIONER_PODS_KEY) or "{}")
+        except ValueError:
+            applied = {}
+        applied = applied if isinstance(applied, dict) else {}
+        wanted = {
+            f"{ns} {account[0]} {account[1]}": rbac.provisioner_pods_manifests(account, ns)
+            for account, consumers in served.items()
+            for ns in consumers
+        }
+        for key in sorted(set(applied) - set(wanted)):
+            ns, _, name = key.split(" ")
+            role = rbac.provisioner_pods_name(name)
+            kube = self._kube()
+            kube.delete(rbac.RBAC, "RoleBinding", role, ns)
+            kube.delete(rbac.RBAC, "Role", role, ns)
+            del applied[key]
+            logger.info("%s may no longer list the pods of namespace %s", name, ns)
+        for key, objects in sorted(wanted.items()):
+            if self._apply_once(key, objects, fingerprint(objects), applied):
+                ns, _, name = key.split(" ")
+                logger.info("%s may list the pods of namespace %s", name, ns)
+        if bag.get(PROVISIONER_PODS_KEY, "{}") != (value := json.dumps(applied, sort_keys=True)):
+            bag[PROVISIONER_PODS_KEY] = value
 
     def apply_node_metrics_access(self, bag: Bag) -> None:
         """Let every node read its kubelet's and API server's metrics as itself."""

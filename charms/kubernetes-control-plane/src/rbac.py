@@ -87,6 +87,46 @@ def node_metrics_manifests() -> list[dict]:
     ]
 
 
+# A storage provisioner lists the pods of each namespace it serves a consumer in, before it
+# deletes or moves that consumer's claim (efs-storage storage.py pods_using; review44a G8:
+# no longer cluster-wide, lib kube_api PROVISIONER_RULES). The control plane writes this
+# Role and its RoleBinding to the provisioner's ServiceAccount in the namespace granted to
+# each consumer of its `storage-consumers` that it admits (addons.apply_provisioner_claims_
+# policy), and deletes them when it admits that consumer no more. The name holds colons,
+# which no application name (`gpu-k8s-<app>`, Grant.role_name) can: RBAC names are path
+# segments (kubernetes pkg/apis/rbac/validation/validation.go ValidateRBACName,
+# path.IsValidPathSegmentName; Kubernetes' own Roles are named so, e.g. kube-system's
+# `system:controller:bootstrap-signer`, plugin/pkg/auth/authorizer/rbac/bootstrappolicy/
+# namespace_policy.go). No consumer writes Roles (kube_api refuses the RBAC group), no
+# ResourceQuota counts them (team_quota), the sweep and the admission policies look at none.
+PROVISIONER_PODS_RULES: list[RuleDict] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+]
+
+
+def provisioner_pods_name(provisioner: str) -> str:
+    """The Role and RoleBinding that let `provisioner` list a served namespace's pods."""
+    return f"gpu-k8s:provisioner-pods:{provisioner}"
+
+
+def provisioner_pods_manifests(account: tuple[str, str], namespace: str) -> list[dict]:
+    """The Role and RoleBinding in `namespace` for the provisioner `account` (ns, name)."""
+    home, name = account
+    role = provisioner_pods_name(name)
+    meta = {"name": role, "namespace": namespace, "labels": {MANAGED_BY_LABEL: FIELD_MANAGER}}
+    ref = {"apiGroup": RBAC.split("/")[0], "kind": "Role", "name": role}
+    return [
+        {"apiVersion": RBAC, "kind": "Role", "metadata": meta, "rules": PROVISIONER_PODS_RULES},
+        {
+            "apiVersion": RBAC,
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": ref,
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": home}],
+        },
+    ]
+
+
 class TokenNotReadyError(Exception):
     """The token controller has not filled the ServiceAccount token yet (retry later)."""
 

@@ -26,9 +26,9 @@ import docs_pages
 import pack
 import pytest
 import yaml
-from older_charms import old_tensorflow_cluster_rules
+from older_charms import old_efs_cluster_rules, old_tensorflow_cluster_rules
 
-from charms.gpu_k8s.v0.kube_api import RequirerAppData, check_policy
+from charms.gpu_k8s.v0.kube_api import RequirerAppData, check_policy, without_legacy_reads
 
 ROOT = docs_pages.ROOT
 BUNDLE = yaml.safe_load((ROOT / "bundles" / "gpu-k8s.yaml").read_text())
@@ -241,6 +241,7 @@ PROOFS = {
     "tests/unit/kubernetes_control_plane/test_older_consumers.py": (
         "test_a_team_charm_that_still_asks_to_write_its_cluster_queue_loses_its_grant",
         "test_an_efs_storage_that_publishes_no_consumers_keeps_its_grant_and_serves_none",
+        "test_an_efs_storage_that_still_asks_to_read_pods_keeps_its_grant_without_them",
     ),
     "tests/functional/test_admission_policies.py": (
         "test_a_consumer_is_served_once_the_control_plane_admits_it",
@@ -284,10 +285,12 @@ def test_an_older_efs_storage_keeps_its_grant_but_publishes_no_consumer():
         {
             "namespace": "efs-storage",
             "rules": json.dumps(efs.NAMESPACED_RULES),
-            "cluster-rules": json.dumps(efs.CLUSTER_RULES),
+            "cluster-rules": json.dumps(old_efs_cluster_rules(efs.CLUSTER_RULES)),
         }
     )
-    assert check_policy(older, provisioner=True) is None
+    # its cluster-wide pod reads are left out (KubeApiProvider.requests), the rest granted
+    assert check_policy(older, provisioner=True) is not None
+    assert check_policy(without_legacy_reads(older), provisioner=True) is None
     assert older.storage_consumers is None  # access.py records {} served: every claim refused
     flat = " ".join(UPGRADE.split())
     assert (
@@ -295,3 +298,4 @@ def test_an_older_efs_storage_keeps_its_grant_but_publishes_no_consumer():
         in flat
     )
     assert "Volumes and claims that exist keep working" in flat
+    assert "the control plane leaves that one rule out and grants the rest" in flat

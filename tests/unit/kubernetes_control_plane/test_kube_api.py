@@ -470,7 +470,12 @@ def test_a_provisioner_is_fenced_to_the_consumers_it_publishes_and_told_once_app
     assert json.loads(out.get_relation(efs.id).local_app_data["storage-consumers"]) == {}
     assert _served(api) == {}
     writes = [r for r in api.requests[requests:] if r.method != "GET"]
-    assert not [r for r in writes if "rbac" in r.path or "/token" in r.path], writes
+    reads = "gpu-k8s%3Aprovisioner-pods%3Aefs-storage"  # its pod reads where it served
+    assert not [r for r in writes if ("rbac" in r.path and reads not in r.path)], writes
+    assert not [r for r in writes if "/token" in r.path], writes
+    for ns in ("training", "serving"):
+        roles = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles/"
+        assert api.get_object(f"{roles}gpu-k8s:provisioner-pods:efs-storage") is None
 
 
 def _served(api) -> dict:
@@ -776,3 +781,33 @@ def test_a_consumer_named_worker_granted_before_is_revoked_and_the_workers_grant
     ]
     with Kube.from_kubeconfig(api.kubeconfig(token=shared_token), retries=0) as kube:
         kube.patch("v1", "Node", "w0", {"metadata": {"labels": {"checked": "yes"}}})
+
+
+def test_a_token_not_issued_yet_skips_that_consumer_only(ctx, bootstrapped, api, monkeypatch):
+    """A TokenRequest answered without a token waits for that consumer alone (size44 note)."""
+    real = api.auth.token_request
+
+    def without_token(namespace: str, name: str, request):
+        answer = real(namespace, name, request)
+        if name == "odd":  # as rbac.request_token reads an answer with no status.token
+            answer["status"] = {}
+        return answer
+
+    monkeypatch.setattr(api.auth, "token_request", without_token)
+    bad = kube_api_relation("odd", "odd", JOBS)
+    good = kube_api_relation("tensorflow", "training", JOBS, NODES)
+    out = ctx.run(
+        ctx.on.relation_changed(bad), with_relation(with_relation(bootstrapped, bad), good)
+    )
+
+    assert "kubeconfig-secret-id" in out.get_relation(good.id).local_app_data
+    fence = "/apis/networking.k8s.io/v1/namespaces/training/networkpolicies/"
+    assert api.get_object(f"{fence}gpu-k8s-default-deny-ingress") is not None
+    assert out.unit_status == testing.WaitingStatus(
+        "kube-api grant of odd: waiting for the token of odd"
+    )
+    assert "error" not in out.get_relation(bad.id).local_app_data
+    monkeypatch.setattr(api.auth, "token_request", real)
+    again = ctx.run(ctx.on.update_status(), out)
+    assert "kubeconfig-secret-id" in again.get_relation(bad.id).local_app_data
+    assert again.unit_status.name == "active"

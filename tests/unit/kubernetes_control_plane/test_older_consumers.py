@@ -16,7 +16,7 @@ import json
 
 import pytest
 from charm_modules import load
-from older_charms import old_tensorflow_cluster_rules
+from older_charms import old_efs_cluster_rules, old_tensorflow_cluster_rules
 from ops import testing
 
 from fakes.control_plane import kube_api_relation, peer, peers
@@ -67,8 +67,9 @@ def test_an_efs_storage_that_publishes_no_consumers_keeps_its_grant_and_serves_n
     ctx, bootstrapped, api
 ):
     efs = load("efs-storage", "literals")
-    # no storage-consumers: that revision published none
-    rel = kube_api_relation("efs-storage", "efs-storage", efs.NAMESPACED_RULES, efs.CLUSTER_RULES)
+    # no storage-consumers: that revision published none (and read pods cluster-wide)
+    older = old_efs_cluster_rules(efs.CLUSTER_RULES)
+    rel = kube_api_relation("efs-storage", "efs-storage", efs.NAMESPACED_RULES, older)
     team = kube_api_relation("tensorflow", "tensorflow")
     state = dataclasses.replace(bootstrapped, relations=[*bootstrapped.relations, team, rel])
 
@@ -83,3 +84,74 @@ def test_an_efs_storage_that_publishes_no_consumers_keeps_its_grant_and_serves_n
     )
     (served, *_) = policy["spec"]["variables"]
     assert ast.literal_eval(served["expression"]) == {}
+
+
+def test_an_efs_storage_that_still_asks_to_read_pods_keeps_its_grant_without_them(
+    ctx, bootstrapped, api
+):
+    """Review44a G8: its cluster-wide pod reads are left out, the rest of its grant stays.
+
+    It lists pods in the namespace of each consumer it serves (a Role there), until it
+    serves that consumer no more.
+    """
+    efs = load("efs-storage", "literals")
+    older = old_efs_cluster_rules(efs.CLUSTER_RULES)
+    served = json.dumps({"tensorflow": ""})
+    rel = kube_api_relation(
+        "efs-storage", "efs-storage", efs.NAMESPACED_RULES, older, **{"storage-consumers": served}
+    )
+    team = kube_api_relation("tensorflow", "training")
+    state = dataclasses.replace(bootstrapped, relations=[*bootstrapped.relations, team, rel])
+
+    out = ctx.run(ctx.on.upgrade_charm(), state)
+
+    answer = out.get_relation(rel.id).local_app_data
+    assert "kubeconfig-secret-id" in answer and "error" not in answer
+    assert json.loads(answer["storage-consumers"]) == {"tensorflow": ""}
+    cluster_role = api.get_object(f"{RBAC}/clusterroles/gpu-k8s-efs-storage")
+    assert [r for r in cluster_role["rules"] if "pods" in r["resources"]] == []
+    name = "gpu-k8s:provisioner-pods:efs-storage"
+    role = api.get_object(f"{RBAC}/namespaces/training/roles/{name}")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    binding = api.get_object(f"{RBAC}/namespaces/training/rolebindings/{name}")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "efs-storage", "namespace": "efs-storage"}
+    ]
+
+    none = {**rel.remote_app_data, "storage-consumers": "{}"}
+    out = ctx.run(ctx.on.update_status(), _refreshed(out, rel, none))
+    assert api.get_object(f"{RBAC}/namespaces/training/roles/{name}") is None
+    assert api.get_object(f"{RBAC}/namespaces/training/rolebindings/{name}") is None
+    assert "kubeconfig-secret-id" in out.get_relation(rel.id).local_app_data
+
+
+def test_a_provisioners_pod_reads_go_with_its_consumer_and_with_its_own_grant(
+    ctx, bootstrapped, api
+):
+    efs = load("efs-storage", "literals")
+    served = json.dumps({"tensorflow": "", "notebook": ""})
+    rel = kube_api_relation(
+        "efs-storage",
+        "efs-storage",
+        efs.NAMESPACED_RULES,
+        efs.CLUSTER_RULES,
+        **{"storage-consumers": served},
+    )
+    team = kube_api_relation("tensorflow", "training")
+    other = kube_api_relation("notebook", "research")
+    relations = [*bootstrapped.relations, team, other, rel]
+    out = ctx.run(ctx.on.upgrade_charm(), dataclasses.replace(bootstrapped, relations=relations))
+    name = "gpu-k8s:provisioner-pods:efs-storage"
+    for ns in ("training", "research"):
+        assert api.get_object(f"{RBAC}/namespaces/{ns}/roles/{name}") is not None, ns
+
+    # notebook leaves kube-api: its namespace (kept, with its data) is served no more
+    out = ctx.run(ctx.on.relation_broken(out.get_relation(other.id)), out)
+    out = dataclasses.replace(out, relations=[r for r in out.relations if r.id != other.id])
+    assert api.get_object(f"{RBAC}/namespaces/research/roles/{name}") is None
+    assert api.get_object(f"{RBAC}/namespaces/training/roles/{name}") is not None
+
+    # efs-storage leaves: nothing of its reads is left
+    out = ctx.run(ctx.on.relation_broken(out.get_relation(rel.id)), out)
+    assert api.get_object(f"{RBAC}/namespaces/training/roles/{name}") is None
+    assert api.get_object(f"{RBAC}/namespaces/training/rolebindings/{name}") is None

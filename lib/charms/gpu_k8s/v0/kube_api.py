@@ -67,7 +67,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 28
+LIBPATCH = 29
 
 logger = logging.getLogger(__name__)
 
@@ -174,8 +174,7 @@ NAMED_CLUSTER_OBJECTS: dict[tuple[str, str], str] = {}
 OWN_NAMES: dict[tuple[str, str], str] = {}
 NAMED_VERBS = frozenset({"get", "create", "patch", "update", "delete"})
 # A storage provisioner (efs-storage) makes the PersistentVolume and the claim of each of its
-# consumers, in the consumer's namespace, and checks which pods mount a claim before it
-# deletes one (efs-storage storage.py). PersistentVolume creation is an escalation path
+# consumers, in the consumer's namespace. PersistentVolume creation is an escalation path
 # (a hostPath volume: RBAC good practices, "Persistent volume creation"), so these are
 # granted only to the applications the control plane's operator names as provisioners, and
 # fenced by admission: the control plane's ValidatingAdmissionPolicy
@@ -192,14 +191,23 @@ NAMED_VERBS = frozenset({"get", "create", "patch", "update", "delete"})
 # It reads a Namespace (get, by name) to put a consumer's claim only into a namespace the
 # control plane granted that consumer (labelled `gpu-k8s.io/consumer: <app>`; review N3):
 # a read, and no write on namespaces is ever granted, so the label is the control plane's.
+# It checks which pods mount a claim before it deletes one (efs-storage storage.py): those
+# reads are no cluster-wide rule (every team's pod specs, their env values and command lines:
+# review44a G8) but a Role the control plane writes in each namespace granted to a consumer
+# the provisioner serves (`storage-consumers`; kubernetes-control-plane rbac.py
+# provisioner_pods_manifests), removed when it serves that consumer no more.
 PROVISIONER_RULES: dict[tuple[str, str], frozenset[str]] = {
     ("", "namespaces"): frozenset({"get"}),
     ("", "persistentvolumes"): frozenset({*READ_VERBS, "create", "patch", "update", "delete"}),
     ("", "persistentvolumeclaims"): frozenset(
         {*READ_VERBS, "create", "patch", "update", "delete"}
     ),
-    ("", "pods"): READ_VERBS,
 }
+# What a provisioner of LIBPATCH 28 and earlier still asks for cluster-wide: reading pods.
+# The provider drops such a rule from a provisioner's request (`without_legacy_reads`) and
+# grants the rest, so an efs-storage not yet refreshed keeps its grant (it reads pods where
+# it serves through the control plane's Roles); anyone else asking for it is refused.
+LEGACY_PROVISIONER_READS = frozenset({("", "pods")})
 
 # Escalation paths of kubernetes.io/docs/concepts/security/rbac-good-practices/ ("Privilege
 # escalation risks", read 2026-11-27), named in the refusal of a rule that touches them.
@@ -346,9 +354,9 @@ _KUEUE_QUEUES = ("kueue.x-k8s.io", "clusterqueues")
 # policies of a tier by their `order` and the first Allow or Deny ends it (docs.tigera.io
 # calico 3.32 network-policy/policy-tiers/tiered-policy, and the Tier reference, "How
 # policy is evaluated"): a team's Calico policy allowing every egress before the Kubernetes
-# NetworkPolicies reopened what the control plane's egress policy closes (the instance
-# metadata service, the DCGM exporter's port: network_policies.py), which the admission
-# policy guarding networking.k8s.io cannot see. Calico policy is the cluster admin's alone.
+# NetworkPolicies reopened what the control plane's egress allow-list leaves out (every
+# address and port it does not name: network_policies.py), which the admission policy
+# guarding networking.k8s.io cannot see. Calico policy is the cluster admin's alone.
 _CALICO = (
     "Calico policy (crd.projectcalico.org, projectcalico.org: a Calico NetworkPolicy ordered"
     " first overrides the control plane's egress policy; Calico policy is the cluster"
@@ -686,6 +694,28 @@ def _cluster_allowed(
     return provisioner and verbs <= PROVISIONER_RULES.get(key, frozenset())
 
 
+def without_legacy_reads(request: RequirerAppData) -> RequirerAppData:
+    """A provisioner's `request` less the cluster-wide reads it no longer gets.
+
+    A cluster rule of the core group's LEGACY_PROVISIONER_READS, read verbs only and no
+    names (what efs-storage of LIBPATCH 28 and earlier asks for), is left out; any other
+    rule is checked as it is (`check_policy`).
+    """
+    kept = [
+        r
+        for r in request.cluster_rules
+        if not (
+            r.api_groups == [""]
+            and not r.resource_names
+            and {("", res) for res in r.resources} <= LEGACY_PROVISIONER_READS
+            and {v.lower() for v in r.verbs} <= READ_VERBS
+        )
+    ]
+    if len(kept) == len(request.cluster_rules):
+        return request
+    return request.model_copy(update={"cluster_rules": kept})
+
+
 @dataclasses.dataclass(frozen=True)
 class Request:
     """One consumer's request as the provider sees it."""
@@ -722,6 +752,8 @@ class KubeApiProvider(Endpoint):
                 out.append(Request(relation, relation.app.name, None, explain(e)))
                 continue
             trusted = relation.app.name in provisioners
+            if trusted:
+                request = without_legacy_reads(request)
             error = check_policy(request, provisioner=trusted)
             out.append(Request(relation, relation.app.name, request, error))
         return out
