@@ -78,6 +78,23 @@ def test_a_fallen_gpu_quarantines_the_node_and_evicts_only_its_pods(machine):
     assert state["quarantined"][GPUS[1][1]]["action"] == "reboot"
 
 
+def test_a_memory_fault_marks_the_quarantine_for_the_gates_memory_test(machine):
+    """rereview44c R1: the gate must see DCGM's memory test pass a GPU a memory fault held.
+
+    Marked whatever the record's strength: a row remap failure after an XID 79 keeps the
+    reboot; nvidia-smi's double-bit ECC errors mark GPU 0's.
+    """
+    start(machine)
+    machine.kernel(xid_line("79", gpu=1))
+    until(lambda: GPUS[1][1] in machine.state()["quarantined"])
+    assert "memory" not in machine.state()["quarantined"][GPUS[1][1]]
+    machine.smi(smi_rows(dbe={0: 1}, recovery="N/A", remap_failed=1))
+    until(lambda: GPUS[0][1] in machine.state()["quarantined"])
+    until(lambda: machine.state()["quarantined"][GPUS[1][1]].get("memory"))
+    held = machine.state()["quarantined"]
+    assert (held[GPUS[1][1]]["action"], held[GPUS[0][1]]["memory"]) == ("reboot", True)
+
+
 # juju-exec's exact command line: the unit, then one shell command for `bash -s`
 # (gpu_watcher.py's docstring: Juju 3.6 juju-exec, ops' dispatch); nothing secret in it
 WAKE = ["-u", UNIT, "JUJU_DISPATCH_PATH=hooks/gpu-quarantined ./dispatch"]

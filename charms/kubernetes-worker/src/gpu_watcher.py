@@ -787,6 +787,9 @@ class Watcher:
     def __init__(self, args: argparse.Namespace, api: Api, catalog: dict):
         self.args, self.api, self.catalog = args, api, catalog
         self.node = args.node
+        memory = catalog.get("memory") or {}  # the memory faults: the gate's memory test
+        self.memory_reasons = {f"Xid{x}" for x in memory.get("xids") or ()}
+        self.memory_reasons |= {catalog["health"][h]["reason"] for h in memory.get("health") or ()}
         self.count, self.window = parse_escalation(args.escalation)
         self.gpus: dict[str, dict] = {}  # by PCI key, from the last good poll
         self.smi_fields = SMI_FIELDS  # less those this driver's nvidia-smi does not know
@@ -1341,7 +1344,11 @@ class Watcher:
         """A health finding from nvidia-smi: quarantine (once per GPU)."""
         entry = self.catalog["health"][finding]
         gpu = self.gpus.get(pci, {"index": "?", "uuid": f"PCI:{pci}"})
-        if gpu["uuid"] in self.state["quarantined"]:
+        held = self.state["quarantined"].get(gpu["uuid"])
+        if held is not None:  # its gate tests its memory (`quarantine`)
+            if entry["reason"] in self.memory_reasons and not held.get("memory"):
+                held["memory"] = True
+                self._save()
             return
         meaning, action = entry["description"], entry["action"]
         if finding == "recovery":  # the action the driver asks for
@@ -1372,6 +1379,8 @@ class Watcher:
     def quarantine(self, gpu: dict, reason: str, meaning: str, action: str, at: float) -> None:
         """Condition, cordon, evict; recorded at once, the API steps retried each pass.
 
+        A memory fault (the catalog's `memory`) marks the record `memory`, however strong
+        the record is: its gate must pass DCGM's memory test (gpu_health.memory_faulted).
         A GPU quarantined already keeps its record unless this fault asks for a stronger
         repair (XID 154 naming a reboot after an XID 48 asked for a reset): then the
         record takes this fault's reason and repair, and the condition says so; its
@@ -1382,12 +1391,16 @@ class Watcher:
         self.app_xids.pop(gpu["uuid"], None)
         held = self.state["quarantined"].get(gpu["uuid"])
         if held and QUARANTINE.index(action) <= QUARANTINE.index(held["action"]):
+            if reason in self.memory_reasons:  # a weaker memory fault: its gate tests memory
+                held["memory"] = True
             self._save()
             self.apply()
             return
         message = f"GPU {gpu['index']} ({gpu['uuid']}): {meaning}; repair: {action}"
         record = {"index": gpu["index"], "uuid": gpu["uuid"], "reason": reason}
         record |= {"message": message, "action": action, "applied": False}
+        if reason in self.memory_reasons or (held and held.get("memory")):
+            record["memory"] = True  # its gate requires DCGM's memory test (gpu_gate.py)
         if held:  # raised: its first fault's times stay, and when it was raised is kept
             kept = ("at", "since", "fault_at", "quarantined_at")
             record |= {k: held[k] for k in kept if k in held} | {"raised_at": at}

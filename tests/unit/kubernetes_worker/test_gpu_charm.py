@@ -2341,6 +2341,24 @@ def test_a_dcgm_diagnostic_failure_keeps_the_node_cordoned_and_is_recorded(
     )
 
 
+@pytest.mark.parametrize(("reason", "passed"), [("Xid48", False), ("Xid74", True)])
+def test_a_memory_fault_is_readmitted_only_when_dcgms_memory_test_passed_its_gpu(
+    ctx, machine, api, driver, ctr, wall, clock, reason, passed
+):
+    """rereview44c R1: ECC off excuses DCGM's memory test, not after a memory fault (XID 48)."""
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", reason)
+    ctr.diag_skips = {(1, "memory"): "Skipping test Memory because ECC is not enabled on GPU 1"}
+
+    ctx.run(ctx.on.update_status(), state)
+
+    (repair,) = watcher_state(machine)["repairs"]
+    assert repair["gate"]["passed"] is passed
+    assert bool(watcher_state(machine)["quarantined"]) is not passed
+    said = "quarantined for a memory fault, and the memory test did not pass it"
+    assert (said in repair["gate"]["dcgm"]) is not passed
+
+
 def test_an_all_reduce_under_the_floor_fails_the_gate(ctx, machine, api, driver, ctr, wall, clock):
     state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
     quarantined_for(machine, api, "reset-gpu", "Xid74")
