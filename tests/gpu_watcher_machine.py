@@ -549,22 +549,27 @@ def start(
     app_wait: float = 0.3,
     burst_wait: float = 0.3,
     mig_hold: float | None = None,
+    driver_blind: float | None = None,
 ) -> None:
     """Start the watcher as systemd does (gpu_health.unit_text), every path injected.
 
     `unit`: the Juju unit it wakes with juju-exec (`fake_juju_exec` on its PATH);
     `app_wait`: `--app-xid-wait`, shortened from its 15 s; `burst_wait`: `--burst-wait`,
     from its 5 s (the test's lines of a burst are appended within milliseconds);
-    `mig_hold`: `--mig-hold`, its default unless given.
+    `mig_hold`: `--mig-hold`, its default unless given; `driver_blind`: `--driver-blind`,
+    likewise.
     """
     box.started_with = {"escalation": escalation, "interval": interval, "tick": tick}
     box.started_with |= {"metrics": metrics, "unit": unit, "hook_retry": hook_retry}
     box.started_with |= {"app_wait": app_wait, "burst_wait": burst_wait, "mig_hold": mig_hold}
+    box.started_with |= {"driver_blind": driver_blind}
     r = box.root
     argv = [sys.executable, str(SRC / "gpu_watcher.py")]
     argv += watcher_args(box, escalation, interval, tick, app_wait, burst_wait)
     if mig_hold is not None:
         argv += ["--mig-hold", str(mig_hold)]
+    if driver_blind is not None:
+        argv += ["--driver-blind", str(driver_blind)]
     if metrics:
         box.metrics_port = box.metrics_port or free_ports(1)[0]
         argv += ["--metrics-port", str(box.metrics_port)]

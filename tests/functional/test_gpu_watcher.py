@@ -363,6 +363,32 @@ def test_nvidia_smi_that_cannot_reach_the_driver_quarantines_no_gpu(machine, kin
     assert machine.state()["quarantined"].keys() == {GPUS[1][1]}
 
 
+def test_a_driver_unavailable_outside_a_pause_for_too_long_is_said_and_gauged(machine):
+    """rereview44c R2: nvidia-smi blind with no driver update in progress is bounded.
+
+    Past `--driver-blind` an event says so once, and while it lasts a gauge says since
+    when (GpuDriverUnavailable alerts on it); the driver answering again ends the gauge.
+    """
+    start(machine, metrics=True, driver_blind=0.6)
+    machine.smi_driver_down("mismatch")
+    until(lambda: events(machine, "DriverUnavailable"))
+    gauge = f'gpu_k8s_gpu_driver_unavailable_since_timestamp_seconds{{node="{OWN}"}}'
+    until(lambda: gauge in machine.metrics())
+    since = samples(machine.metrics())[gauge]
+    assert time.time() - 30 < since <= time.time()
+    assert not events(machine, "DriverUnavailableTooLong")  # not yet
+    until(lambda: events(machine, "DriverUnavailableTooLong"))
+    (said,) = events(machine, "DriverUnavailableTooLong")
+    assert (said["gpu"], said["action"]) == ("all", "support")
+    assert "no driver update paused its polls" in said["meaning"]
+    assert machine.state()["quarantined"] == {}  # the running jobs go on (DRIVER_BLIND_S)
+    polls = machine.smi_calls()
+    until(lambda: machine.smi_calls() >= polls + 3)
+    assert len(events(machine, "DriverUnavailableTooLong")) == 1  # once
+    machine.smi_driver_down(None)
+    until(lambda: gauge not in machine.metrics())
+
+
 def test_a_gpu_lost_once_the_driver_answers_again_is_quarantined(machine):
     """The driver back (the reboot after the update): nvidia-smi judges the GPUs again."""
     start(machine)

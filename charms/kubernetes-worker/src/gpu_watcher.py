@@ -33,7 +33,8 @@ only, so it keeps running while Juju replaces the charm's files. Its inputs:
   mig-manager is changing the MIG layout (the Node's MIG_STATE_LABEL, read only then:
   `hold_for_mig`). An answer that says nvidia-smi cannot reach the driver at all
   (`driver_down`: a driver/library version mismatch, no driver loaded, no NVML) judges
-  no GPU: an event `DriverUnavailable` says so once, and the kernel's XIDs still act.
+  no GPU: an event `DriverUnavailable` says so once, and the kernel's XIDs still act;
+  blind for `--driver-blind` (DRIVER_BLIND_S) outside a pause, `DriverUnavailableTooLong`.
   The polls run on their own thread, so a poll that blocks on a lost GPU (each is bounded
   at 20 s) never delays the kernel's XIDs, read every `--tick`;
 - the classification, xid_catalog.json (NVIDIA's XID catalog, its source and date inside).
@@ -165,6 +166,8 @@ agent (Prometheus text format 0.0.4; `metrics()` names each):
   `increase()` sees the first one;
 - `gpu_k8s_gpu_quarantined_since_timestamp_seconds` while a GPU is quarantined (alerts:
   quarantined for too long);
+- `gpu_k8s_gpu_driver_unavailable_since_timestamp_seconds{node}` while nvidia-smi cannot
+  reach the driver outside a pause (`driver_unavailable`; alert: for too long);
 - `gpu_k8s_gpu_fault_to_quarantine_seconds` and `gpu_k8s_gpu_fault_to_readmission_seconds`:
   the last fault's times per GPU, last values rather than histograms: a GPU faults a few
   times a year, so buckets would hold almost nothing and need keeping across reboots,
@@ -252,20 +255,35 @@ GPU_HANDLE = re.compile(r"Unable to determine the device handle for", re.IGNOREC
 # nvidia-smi(1) RETURN VALUE (docs.nvidia.com/deploy/nvidia-smi) 9 "NVIDIA driver is not
 # loaded", 12 "NVML Shared Library couldn't be found or loaded"; 18 is NVML's
 # NVML_ERROR_LIB_RM_VERSION_MISMATCH ("RM detects a driver/library version mismatch", nvml.h
-# nvmlReturn_t), which the man page does not list. Its words, in lower case: "Failed to
-# initialize NVML: Driver/library version mismatch" (or another reason NVML did not start),
-# "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", "NVIDIA-SMI
-# couldn't find libnvidia-ml.so library in your system" (gpu.py reads the first two for the
-# charm's status; tests/gpu_watcher_machine.py SMI_DRIVER_DOWN names where each was seen).
+# nvmlReturn_t), which the man page does not list. Or its exact words for these three (an
+# exit status other tools may not pass on): "Failed to initialize NVML: Driver/library
+# version mismatch", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA
+# driver", "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system" (gpu.py reads
+# the first two for the charm's status; tests/gpu_watcher_machine.py SMI_DRIVER_DOWN names
+# where each was seen). Not any "Failed to initialize NVML: ...": nvmlInit_v2 also fails
+# with NVML_ERROR_UNKNOWN "on any unexpected error" (nvml.h), and nvidia-smi exits with the
+# nvmlReturn_t it got (15 "GPU is lost", 14 "Corrupted infoROM", 10 an interrupt issue, 8
+# "Insufficient External Power", 255 "Unknown Error"): states of the hardware, which take
+# the path of a GPU not answering (each GPU known before is lost).
 # The charm's own driver update gives the first between its install and Juju's reboot
 # (drain_turns.py): no GPU fell off the bus. A GPU that does (XID 79) leaves NVML working
 # and the others answering: nvidia-smi names it (GPU_HANDLE) or leaves its row out.
 SMI_DRIVER_CODES = (9, 12, 18)
-SMI_DRIVER_WORDS = (
-    "failed to initialize nvml",
-    "couldn't communicate with the nvidia driver",
-    "couldn't find libnvidia-ml.so",
+SMI_DRIVER_TEXTS = (
+    "Failed to initialize NVML: Driver/library version mismatch",
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
+    "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system",
 )
+# How long nvidia-smi may stay blind (`driver_down`) outside a pause before the watcher says
+# so (`DriverUnavailableTooLong` and the gauge gpu_k8s_gpu_driver_unavailable_since_
+# timestamp_seconds, which GpuDriverUnavailable alerts on past the same 10 minutes). The
+# charm's own update pauses the polls until its reboot (PAUSE_DRIVER), so a blind poll
+# outside a pause is a driver nobody is updating (a package updated outside the charm, a
+# module that did not load) or a fault with no XID: no GPU is judged meanwhile. Not a
+# quarantine of every GPU: the commonest cause, a userspace update ahead of the loaded
+# module, leaves the running jobs working (their processes hold the loaded library), and
+# evicting them would end good work for a fault no GPU has; the kernel's XIDs still act.
+DRIVER_BLIND_S = 600.0
 # A node-wide event's GPU (`DriverUnavailable`): it is about no one GPU
 EVERY_GPU = {"index": "all", "uuid": "-"}
 # mig-manager's state label (mig.py LABEL_STATE; NVIDIA/mig-parted v0.15.0
@@ -678,8 +696,7 @@ def driver_down(code: int, out: str, gpus: dict, lost: set) -> bool:
     """
     if code == 0 or gpus or lost or GPU_HANDLE.search(out):
         return False
-    lowered = out.lower()
-    return code in SMI_DRIVER_CODES or any(word in lowered for word in SMI_DRIVER_WORDS)
+    return code in SMI_DRIVER_CODES or any(text in out for text in SMI_DRIVER_TEXTS)
 
 
 def recovery_action(entry: dict, text: str) -> tuple[str, str]:
@@ -851,6 +868,8 @@ class Watcher:
             self.backlog_seq, self.state["kmsg_seq"] = self.state["kmsg_seq"], -1
         self.last_poll = 0.0
         self.driver_down: str | None = None  # nvidia-smi's words while it cannot reach it
+        self.blind_since: float | None = None  # wall time it went blind, outside any pause
+        self.blind_told = False  # DriverUnavailableTooLong said for this blind spell
         self.mig_since: float | None = None  # a lost GPU held for mig-manager since then
         self.was_paused: str | None = None  # what the pause in force is for (`paused_for`)
         self.fault_at: float | None = None  # the kernel's time of the record in hand
@@ -1021,6 +1040,7 @@ class Watcher:
         if self.driver_down is not None:
             print(f"nvidia-smi reaches the NVIDIA driver again ({self.driver_down})", flush=True)
             self.driver_down = None
+        self.blind_since, self.blind_told = None, False
         findings = [(pci, "lost") for pci in lost]
         for pci, known in self.gpus.items():
             if pci not in gpus and pci not in lost and done.returncode != 0:
@@ -1039,18 +1059,29 @@ class Watcher:
         at each poll; the log says when nvidia-smi answers again. The GPUs known stay
         known, and the kernel's XIDs are still read and acted on: a GPU that fails
         meanwhile is still quarantined by its XID (79 for one that fell off the bus).
+        Blind for `--driver-blind` (DRIVER_BLIND_S) with no pause between: an event
+        `DriverUnavailableTooLong`, once, and the gauge says since when (`metrics`).
         """
-        said = next((line.strip() for line in out.splitlines() if line.strip()), "")
-        said = f"exit {code}: {said}" if said else f"exit {code}"
-        if self.driver_down is not None:
-            return
-        self.driver_down = said
-        meaning = (
-            f"nvidia-smi cannot reach the NVIDIA driver ({said}): no GPU is judged by "
-            "nvidia-smi until it answers again (a driver update before its reboot, or no "
-            "driver loaded: the unit's status says which); kernel XIDs are still acted on"
-        )
-        self._event(time.time(), EVERY_GPU, "DriverUnavailable", meaning, "info")
+        now = time.time()
+        self.blind_since = now if self.blind_since is None else self.blind_since
+        if self.driver_down is None:
+            said = next((line.strip() for line in out.splitlines() if line.strip()), "")
+            self.driver_down = f"exit {code}: {said}" if said else f"exit {code}"
+            meaning = (
+                f"nvidia-smi cannot reach the NVIDIA driver ({self.driver_down}): no GPU is "
+                "judged by nvidia-smi until it answers again (a driver update before its "
+                "reboot, or no driver loaded: the unit's status says which); kernel XIDs are "
+                "still acted on"
+            )
+            self._event(now, EVERY_GPU, "DriverUnavailable", meaning, "info")
+        if now - self.blind_since >= self.args.driver_blind and not self.blind_told:
+            self.blind_told = True
+            meaning = (
+                f"nvidia-smi has not reached the NVIDIA driver for {now - self.blind_since:.0f}s"
+                f" ({self.driver_down}) and no driver update paused its polls: no GPU is "
+                "judged by nvidia-smi; the unit's status says why (a reboot may load the driver)"
+            )
+            self._event(now, EVERY_GPU, "DriverUnavailableTooLong", meaning, "support")
 
     def hold_for_mig(self, findings: list[tuple[str, str]], at: float) -> list[tuple[str, str]]:
         """The findings less a GPU gone missing while mig-manager changes the MIG layout.
@@ -1799,6 +1830,7 @@ class Watcher:
         Skipped while a GPU reset or the gate's diagnostic paused the polls (`paused`).
         """
         if self.paused(at):
+            self.blind_since, self.blind_told = None, False  # a pause is no blind spell
             return
         self.last_poll = at
         done = self._query_smi()
@@ -1843,6 +1875,16 @@ class Watcher:
             ]
             samples += self._counters(labels, known)
             samples += self._timings(labels)
+            if self.blind_since is not None:
+                samples.append(
+                    Gauge(
+                        "gpu_k8s_gpu_driver_unavailable_since_timestamp_seconds",
+                        "When nvidia-smi last became unable to reach the NVIDIA driver (Unix "
+                        "time), outside a pause for the driver's update, while it lasts.",
+                        round(self.blind_since, 3),
+                        {"node": node},
+                    )
+                )
         return samples
 
     def _counters(self, labels: Callable[..., dict], known: dict[str, str]) -> list[Gauge]:
@@ -1992,6 +2034,7 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--app-xid-wait", type=float, default=APP_WAIT_S)
     p.add_argument("--burst-wait", type=float, default=APP_BURST_S)
     p.add_argument("--mig-hold", type=float, default=MIG_HOLD_S)
+    p.add_argument("--driver-blind", type=float, default=DRIVER_BLIND_S)
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--unit", default="", help="the Juju unit to wake with juju-exec")
     p.add_argument("--juju-exec", default="juju-exec")  # /usr/bin/juju-exec on Juju 3 machines

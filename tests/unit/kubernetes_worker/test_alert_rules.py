@@ -119,7 +119,7 @@ def _gpu_labels(severity: str, **extra: str) -> dict:
 def test_the_rules_load_in_prometheus():
     done = _promtool("check", "rules", str(RULES))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 13 rules found" in done.stdout
+    assert "SUCCESS: 14 rules found" in done.stdout
 
 
 def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):
@@ -690,4 +690,43 @@ def test_an_escalation_held_back_for_one_team_warns_within_the_hour(tmp_path):
         ],
     }
     done = _test_rules(tmp_path / "one_team_test.yml", tests)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_watcher_blind_to_the_driver_for_ten_minutes_alerts_until_the_driver_answers(tmp_path):
+    """rereview44c R2: nvidia-smi blind outside a driver update is bounded by an alert.
+
+    The watcher's gauge (gpu_watcher.py DRIVER_BLIND_S) says since when; it ends when the
+    driver answers again, and so does the alert.
+    """
+    blind = {"node": "gpu-0"}
+    name = "gpu_k8s_gpu_driver_unavailable_since_timestamp_seconds"
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                # blind from t=60 s; the driver answers again after 15m (no gauge)
+                "input_series": [{"series": _watcher_series(name, **blind), "values": "_ 60x14"}],
+                "alert_rule_test": [
+                    {"eval_time": "10m", "alertname": "GpuDriverUnavailable", "exp_alerts": []},
+                    {
+                        "eval_time": "12m",
+                        "alertname": "GpuDriverUnavailable",
+                        "exp_alerts": [
+                            {
+                                "exp_labels": {"severity": "critical", **blind},
+                                "exp_annotations": _rendered(
+                                    "GpuDriverUnavailable", blind, "11m 0s"
+                                ),
+                            }
+                        ],
+                    },
+                    {"eval_time": "21m", "alertname": "GpuDriverUnavailable", "exp_alerts": []},
+                ],
+            }
+        ],
+    }
+    done = _test_rules(tmp_path / "blind_test.yml", tests)
     assert done.returncode == 0, done.stdout + done.stderr
