@@ -581,20 +581,55 @@ def test_a_first_start_records_older_kernel_faults_without_counting_them(machine
     assert machine.condition() is None
 
 
-def test_a_fatal_xid_logged_before_the_first_start_still_quarantines(machine):
-    """A fatal XID of this boot logged before the watcher ran still quarantines its GPU.
+def test_a_fatal_xid_logged_before_the_first_start_quarantines_a_gpu_still_lost(machine):
+    """A fatal XID of this boot logged before the watcher ran, its GPU still off the bus.
 
-    No reboot came since (same boot), and nothing proves a reset: the GPU is quarantined,
-    and its record says the fault was logged before the watcher started
+    No reboot came since (same boot), and nvidia-smi cannot reach the GPU now: the GPU is
+    quarantined, and the XID's event says it was logged before the watcher started
     (docs/how-to/upgrade.md says why).
     """
     logged = max(0, int((time.monotonic() - 30 * 60) * 1e6))
     machine.kernel(xid_line("79", gpu=1), usec=logged)
+    machine.smi(smi_rows(lost=1), 15)
     start(machine)
-    until(machine.quarantined)
-    held = machine.state()["quarantined"][GPUS[1][1]]
-    assert (held["reason"], held["action"]) == ("Xid79", "reboot")
-    assert "before the watcher started" in held["message"]
+    until(lambda: machine.state()["quarantined"] and events(machine, "Xid79"))
+    (held,) = machine.state()["quarantined"].values()  # by its PCI address: no UUID answered
+    assert held["action"] == "reboot"  # the poll's GpuLost or the XID, whichever came first
+    (said,) = events(machine, "Xid79")
+    assert "before the watcher started" in said["meaning"]
+
+
+@pytest.mark.parametrize(
+    ("recovery", "held"),
+    [
+        ("None", False),  # reset since, or contained: nothing to repair now
+        ({1: "Reset"}, True),  # the driver still asks for the reset
+        ("N/A", True),  # a GPU that reports no recovery action: nothing clears it
+    ],
+)
+def test_an_old_fatal_xid_quarantines_only_when_the_gpus_state_now_confirms_it(
+    machine, recovery, held
+):
+    """rereview44c R3: the first start on a fleet drained every node with an old fatal XID.
+
+    A backlog XID (here NVLink's 74, a reset) quarantines when the driver asks for a
+    recovery action now, or reports none; with the action None it is recorded only.
+    """
+    logged = max(0, int((time.monotonic() - 30 * 60) * 1e6))
+    machine.kernel(xid_line("74", gpu=1), usec=logged)
+    machine.smi(smi_rows(recovery=recovery))
+    start(machine)
+    until(lambda: events(machine, "Xid74"))
+    until(lambda: "XID 74" in watcher_log(machine) or machine.quarantined())
+    if held:
+        until(lambda: machine.state()["quarantined"].get(GPUS[1][1], {}).get("applied"))
+        return
+    time.sleep(0.3)  # polls, steps: nothing acts on it
+    assert machine.state()["quarantined"] == {} and machine.condition() is None
+    assert machine.pods() == ALL
+    assert "XID 74 logged before the watcher read it, not acted on" in watcher_log(machine)
+    (said,) = events(machine, "Xid74")
+    assert "before the watcher started" in said["meaning"]
 
 
 def test_records_written_while_a_watcher_was_down_are_new_on_its_restart(machine):

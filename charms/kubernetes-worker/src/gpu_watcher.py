@@ -673,13 +673,13 @@ def kernel_wall(usec: int, wall: float, monotonic: float) -> float | None:
     the H200 recording, tests/fixtures/gpu/h200-sxm-vm/health/capture.json): neither counts
     time suspended, which /proc/stat's `btime` (whole seconds, from CLOCK_BOOTTIME) does.
     Over days the two may drift apart by seconds or more (NTP slews CLOCK_MONOTONIC, not
-    the local clock): good enough to say when an old record was logged. None: no stamp, or
-    one ahead of now.
+    the local clock): good enough to say when an old record was logged. A stamp ahead of
+    now (the local clock ahead of CLOCK_MONOTONIC: dmesg(1) -T warns its times "could be
+    inaccurate") is now. None: no stamp.
     """
-    lag = monotonic - usec / 1e6
-    if usec < 0 or lag < -1.0:
+    if usec < 0:
         return None
-    return wall - max(lag, 0.0)
+    return wall - max(monotonic - usec / 1e6, 0.0)
 
 
 def kernel_time(usec: int, wall: float, monotonic: float) -> float | None:
@@ -1156,12 +1156,15 @@ class Watcher:
         saying so, stamped when it was logged, and faults_total), and:
         - an application XID is neither counted toward the escalation nor looked into:
           its faults may be hours old (three crashes of the last day are no 3 in 10
-          minutes), and its pid may name another program by now;
-        - a fatal one quarantines, as one read live does: the ring buffer holds only this
-          boot, so no reboot came since it, and nothing on record proves a reset (a reset
-          by hand leaves no trace the watcher can read). The GPU is repaired in its turn
-          and proven by the gate before it takes work again; the price is one repair of a
-          GPU someone reset by hand (docs/how-to/upgrade.md, gpu-day-2.md).
+          minutes), and its pid may name another program by now, whose pod would be
+          evicted;
+        - a fatal one quarantines only when the GPU's state now confirms a fault
+          (`confirms`): it is missing from nvidia-smi's answer, or the driver asks for a
+          recovery action, or the GPU reports none (then, as before, nothing the watcher
+          reads can clear it). A GPU whose driver says None now was reset since, or its
+          error was contained: the fault is recorded and the GPU left in service
+          (docs/how-to/upgrade.md, gpu-day-2.md). So the first start on a fleet does not
+          drain every node that logged a fatal XID in this boot at once.
         """
         xid = record["xid"]
         gpu = self.gpus.get(record["pci"], {"index": "?", "uuid": f"PCI:{record['pci']}"})
@@ -1174,10 +1177,31 @@ class Watcher:
         instance = {k: record[k] for k in ("gpu_instance", "compute_instance") if record.get(k)}
         stamp = before if before is not None and before >= 0 else at
         self._event(stamp, gpu, f"Xid{xid}", meaning, action, **instance)
-        if action in QUARANTINE:
+        if action in QUARANTINE and (before is None or self.confirms(record["pci"])):
             self.quarantine(gpu, f"Xid{xid}", meaning, action, at)
+        elif action in QUARANTINE:
+            print(
+                f"GPU {gpu['index']}: XID {xid} logged before the watcher read it, not acted "
+                f"on: the driver asks for no recovery action now ({gpu['uuid']})",
+                flush=True,
+            )
         elif before is None and (action == "application" or self._burst_line(gpu["uuid"], record)):
             self.application_fault(gpu, record, meaning, at)
+
+    def confirms(self, pci: str) -> bool:
+        """Whether the GPU's last poll confirms a fault an old XID named (`handle_xid`).
+
+        Yes when nvidia-smi did not answer for it (no row: lost, or no poll yet), when
+        the driver asks for a recovery action (NVML's current action: what XID 154
+        reports, `gpu_recovery_action`), and when the GPU reports none or a word this
+        watcher cannot read (V100, T4, older drivers: nothing on record can clear it).
+        Not when the action is None: NVIDIA's GPU Memory Error Management guide, "Error
+        Recovery and Response Flags": None, the GPU "can be used again by a new process".
+        """
+        row = self.gpus.get(pci)
+        if row is None:
+            return True
+        return recovery_code(row.get("gpu_recovery_action", "")) != "0"
 
     def _burst_line(self, uuid: str, record: dict) -> bool:
         """An `info` XID line that names the process of the application fault it ends.

@@ -292,6 +292,9 @@ def test_the_kernels_stamps_are_read_on_the_clock_the_watcher_maps_them_with():
     )
     assert gpu_watcher.kernel_time(usec, 1e9, written + 3600) is None  # timings: too old
     assert gpu_watcher.kernel_wall(-1, 1e9, written) is None  # no stamp
+    # rereview44c R6: printk's clock ahead of CLOCK_MONOTONIC (drift over a long uptime,
+    # dmesg(1) -T: "could be inaccurate") stamps its record now, not "not stamped"
+    assert gpu_watcher.kernel_wall(usec, 1e9, written - 5) == 1e9
 
 
 def test_the_mig_instances_of_each_mig_device_are_read_from_nvidia_smis_xml():
