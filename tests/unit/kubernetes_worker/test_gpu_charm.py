@@ -1269,6 +1269,26 @@ def test_an_api_error_during_the_reboot_drain_fails_the_hook_without_rebooting(
     assert reboots == [False]
 
 
+def test_any_failure_of_the_driver_update_gives_the_watchers_polls_back(
+    ctx, machine, api, driver, clock, reboots
+):
+    """rereview44c R7: the pause for the update went only when apt failed.
+
+    A failure after apt (marking the kernel's module packages automatic) left it, and each
+    retry of the failing hook wrote it again: the polls stayed paused while it failed.
+    """
+    out = run_joined(ctx, api, config={"auto-reboot": True})
+    driver.driver_sru("580", "580.105.08")
+    driver.kernel_update(NEW_KERNEL)
+    machine.fail("/usr/bin/apt-mark auto", stderr="E: Could not get lock", returncode=100)
+
+    with pytest.raises(testing.errors.UncaughtCharmError):
+        ctx.run(ctx.on.update_status(), out)
+
+    assert reboots == []
+    assert not machine.path(gpu_watcher.PAUSE_FILE).exists()
+
+
 def test_an_update_apt_cannot_fetch_after_the_drain_keeps_the_node_cordoned_until_done(
     ctx, machine, api, driver, clock, reboots
 ):
