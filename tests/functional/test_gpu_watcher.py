@@ -1007,6 +1007,28 @@ def test_xids_a_mig_instance_names_count_and_quarantine_the_gpu_that_holds_it(ma
     until(lambda: f"{OWN}/gpu1-job" not in machine.pods())
 
 
+def test_a_later_line_of_another_mig_instance_is_not_the_bursts(machine):
+    """rereview44c R9: a 45 naming another instance's live program joined the burst.
+
+    Team-b's program faults in GPU instance 2 and ends; within the burst's seconds the
+    driver stops team-a's program in instance 5 (XID 45): not that fault's line, so
+    team-a's pod is left alone.
+    """
+    other_team_gpu_pod(machine, gpu=0)
+    start(machine)
+    ran = program(machine, 4242, "other-job", TEAM_B)
+    machine.kernel(xid_line("13", gpu=0, pid=4242, mig=True), usec=60 * SECOND)
+    until(machine.handled)
+    shutil.rmtree(ran)  # ends on its fault
+    program(machine, 4244, "gpu0-job")
+    line = xid_line("45", gpu=0, pid=4244).replace("): 45,", " GPU-I:05): 45,")
+    machine.kernel(line, usec=60 * SECOND + 900)
+    until(machine.handled)
+    time.sleep(0.8)  # past --app-xid-wait: a burst line's program would be evicted
+    assert f"{OWN}/gpu0-job" in machine.pods()
+    assert machine.state()["quarantined"] == {}
+
+
 # -- uncorrectable memory errors with error containment (issue 32 review gap 3) -------------
 
 

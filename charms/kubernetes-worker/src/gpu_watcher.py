@@ -836,6 +836,8 @@ class Watcher:
         self.bursts: dict[str, float] = {
             uuid: float(clock) for uuid, clock in (memory.get("bursts") or {}).items()
         }
+        # the MIG GPU instance each burst's first line named (`_burst_line`; not kept)
+        self.burst_instances: dict[str, str] = {}
         self.app_pids: dict[str, dict[int, float]] = collections.defaultdict(dict)
         for uuid, pids in (memory.get("pid_clocks") or {}).items():
             self.app_pids[uuid].update({int(pid): float(t) for pid, t in pids.items()})
@@ -1209,11 +1211,16 @@ class Watcher:
         The catalog's `burst_line` XIDs (43, 45: no fault alone) naming a pid, inside the
         burst of the last application fault counted on this GPU (APP_BURST_S, the
         kernel's clock), are that fault's later lines (`application_fault`: it may blame
-        the process, and that process's pod is evicted if it outlives the wait).
+        the process, and that process's pod is evicted if it outlives the wait). Not a
+        line naming another MIG GPU instance than the burst's first line, where both name
+        one: another tenant's program there is not this fault's.
         """
         entry = self.catalog["xids"].get(record["xid"]) or {}
         start = self.bursts.get(uuid)
         if not entry.get("burst_line") or record.get("pid") is None or start is None:
+            return False
+        ours, theirs = self.burst_instances.get(uuid, ""), record.get("gpu_instance") or ""
+        if ours and theirs and ours != theirs:  # another MIG instance's program: not its line
             return False
         return abs(record["clock"] - start) <= APP_BURST_S
 
@@ -1391,6 +1398,7 @@ class Watcher:
         same = same or ("process" if pid is not None and pid in pids else "")
         if not same:
             self.bursts[uuid] = clock
+            self.burst_instances[uuid] = record.get("gpu_instance") or ""
         if pid is not None:
             pids.setdefault(pid, clock)
         return same
