@@ -218,17 +218,29 @@ class Machine:
     # the fake driver's uncorrectable ECC counts and recovery actions per GPU (`memory_error`)
     ecc: dict[int, int] = field(default_factory=dict)
     recovery: dict[int, str] = field(default_factory=dict)
+    # the kernel's clock when the machine was made: /dev/kmsg stamps records with the local
+    # clock, which time.monotonic() reads (CLOCK_MONOTONIC, gpu_watcher.kernel_wall)
+    made: float = field(default_factory=time.monotonic)
+
+    def at(self, seconds: float) -> int:
+        """The kernel's stamp (microseconds) `seconds` after the machine was made.
+
+        A test's faults minutes apart by the kernel's clock: a stamp a few minutes ahead of
+        now is read as now (gpu_watcher.kernel_wall), never as an old record.
+        """
+        return int((self.made + seconds) * 1e6)
 
     def kernel(self, text: str, usec: int | None = None) -> None:
         """Append one /dev/kmsg record (Documentation/ABI/testing/dev-kmsg).
 
-        `usec`: the kernel's timestamp (microseconds since boot); a made-up one otherwise.
+        `usec`: the kernel's timestamp (microseconds since boot: `at`, or a time.monotonic()
+        reading); now, as the kernel stamps a record it logs, otherwise.
         An uncorrectable memory error's XID moves nvidia-smi's readings as the driver does
         (`memory_error`).
         """
         self.memory_error(text)
         self.seq += 1
-        stamp = self.seq * 1000 if usec is None else usec
+        stamp = int(time.monotonic() * 1e6) if usec is None else usec
         with (self.root / "kmsg").open("a") as f:
             f.write(f"3,{self.seq},{stamp},-;{text}\n")
             f.write(" SUBSYSTEM=pci\n")  # a continuation line, skipped

@@ -1153,9 +1153,12 @@ class Watcher:
     def handle_xid(self, record: dict, at: float, before: float | None = None) -> None:
         """Classify one XID; quarantine, or restart the job (escalating on repeats).
 
-        `before`: a record this boot's kernel logged before the watcher's first start in
-        it (`backlog`), and when (`kernel_wall`; -1: not known). It is recorded (an event
-        saying so, stamped when it was logged, and faults_total), and:
+        `before`: a record the watcher did not read live, and when it was logged
+        (`kernel_wall`; -1: not known): this boot's kernel logged it before the watcher's
+        first start in it (`backlog`), or it is read more than KERNEL_CLOCK_SKEW after the
+        kernel logged it, by the kernel's clock (a restarted watcher, stopped or crash-
+        looping meanwhile: `_kernel_record`). It is recorded (an event saying so, stamped
+        when it was logged, and faults_total), and:
         - an application XID is neither counted toward the escalation nor looked into:
           its faults may be hours old (three crashes of the last day are no 3 in 10
           minutes), and its pid may name another program by now, whose pod would be
@@ -1852,6 +1855,8 @@ class Watcher:
         self.fault_at = kernel_time(usec, now, monotonic)
         # the kernel's clock (CLOCK_MONOTONIC up to drift) for bursts and the window
         record["clock"] = usec / 1e6 if usec >= 0 else monotonic
+        # a record read long after the kernel logged it was not read live (`handle_xid`)
+        before = before or (usec >= 0 and monotonic - usec / 1e6 > KERNEL_CLOCK_SKEW)
         logged = kernel_wall(usec, now, monotonic) if before else None
         self.handle_xid(record, now, (-1.0 if logged is None else logged) if before else None)
         self.fault_at = None
