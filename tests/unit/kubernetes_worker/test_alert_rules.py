@@ -360,11 +360,11 @@ def _rendered(alert: str, labels: dict[str, str], value: str = "") -> dict[str, 
     return out
 
 
-def _firing(alert: str, severity: str, labels: dict[str, str]) -> dict:
+def _firing(alert: str, severity: str, labels: dict[str, str], value: str = "") -> dict:
     """One alert promtool is to see firing: its labels and its rendered annotations."""
     return {
         "exp_labels": {"severity": severity, **labels},
-        "exp_annotations": _rendered(alert, labels),
+        "exp_annotations": _rendered(alert, labels, value),
     }
 
 
@@ -701,32 +701,14 @@ def test_a_watcher_blind_to_the_driver_for_ten_minutes_alerts_until_the_driver_a
     """
     blind = {"node": "gpu-0"}
     name = "gpu_k8s_gpu_driver_unavailable_since_timestamp_seconds"
-    tests = {
-        "rule_files": [str(RULES)],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                # blind from t=60 s; the driver answers again after 15m (no gauge)
-                "input_series": [{"series": _watcher_series(name, **blind), "values": "_ 60x14"}],
-                "alert_rule_test": [
-                    {"eval_time": "10m", "alertname": "GpuDriverUnavailable", "exp_alerts": []},
-                    {
-                        "eval_time": "12m",
-                        "alertname": "GpuDriverUnavailable",
-                        "exp_alerts": [
-                            {
-                                "exp_labels": {"severity": "critical", **blind},
-                                "exp_annotations": _rendered(
-                                    "GpuDriverUnavailable", blind, "11m 0s"
-                                ),
-                            }
-                        ],
-                    },
-                    {"eval_time": "21m", "alertname": "GpuDriverUnavailable", "exp_alerts": []},
-                ],
-            }
-        ],
-    }
+    # blind from t=60 s; the driver answers again after 15m (no gauge)
+    series = [{"series": _watcher_series(name, **blind), "values": "_ 60x14"}]
+    firing = _firing("GpuDriverUnavailable", "critical", blind, "11m 0s")
+    cases = [
+        {"eval_time": at, "alertname": "GpuDriverUnavailable", "exp_alerts": alerts}
+        for at, alerts in (("10m", []), ("12m", [firing]), ("21m", []))
+    ]
+    tests = {"rule_files": [str(RULES)], "evaluation_interval": "1m"}
+    tests["tests"] = [{"interval": "1m", "input_series": series, "alert_rule_test": cases}]
     done = _test_rules(tmp_path / "blind_test.yml", tests)
     assert done.returncode == 0, done.stdout + done.stderr
