@@ -364,7 +364,8 @@ def test_a_driver_unavailable_outside_a_pause_for_too_long_is_said_and_gauged(ma
     """rereview44c R2: nvidia-smi blind with no driver update in progress is bounded.
 
     Past `--driver-blind` an event says so once, and while it lasts a gauge says since
-    when (GpuDriverUnavailable alerts on it); the driver answering again ends the gauge.
+    when (GpuDriverUnavailable alerts on it); a pause for the driver's update and the
+    driver answering again end it.
     """
     start(machine, metrics=True, driver_blind=0.6)
     machine.smi_driver_down("mismatch")
@@ -382,6 +383,13 @@ def test_a_driver_unavailable_outside_a_pause_for_too_long_is_said_and_gauged(ma
     polls = machine.smi_calls()
     until(lambda: machine.smi_calls() >= polls + 3)
     assert len(events(machine, "DriverUnavailableTooLong")) == 1  # once
+    # the charm's driver update pauses the polls: no blind spell while it lasts
+    pause = gpu_watcher.pause_text(OWN, gpu_watcher.PAUSE_DRIVER)
+    machine.pause_path.write_text(pause)
+    until(lambda: gauge not in machine.metrics())
+    machine.pause_path.unlink()
+    until(lambda: gauge in machine.metrics())  # blind again after it: counted afresh
+    assert samples(machine.metrics())[gauge] > since
     machine.smi_driver_down(None)
     until(lambda: gauge not in machine.metrics())
 
