@@ -218,17 +218,29 @@ class Machine:
     # the fake driver's uncorrectable ECC counts and recovery actions per GPU (`memory_error`)
     ecc: dict[int, int] = field(default_factory=dict)
     recovery: dict[int, str] = field(default_factory=dict)
+    # the kernel's clock when the machine was made: /dev/kmsg stamps records with the local
+    # clock, which time.monotonic() reads (CLOCK_MONOTONIC, gpu_watcher.kernel_wall)
+    made: float = field(default_factory=time.monotonic)
+
+    def at(self, seconds: float) -> int:
+        """The kernel's stamp (microseconds) `seconds` after the machine was made.
+
+        A test's faults minutes apart by the kernel's clock: a stamp a few minutes ahead of
+        now is read as now (gpu_watcher.kernel_wall), never as an old record.
+        """
+        return int((self.made + seconds) * 1e6)
 
     def kernel(self, text: str, usec: int | None = None) -> None:
         """Append one /dev/kmsg record (Documentation/ABI/testing/dev-kmsg).
 
-        `usec`: the kernel's timestamp (microseconds since boot); a made-up one otherwise.
+        `usec`: the kernel's timestamp (microseconds since boot: `at`, or a time.monotonic()
+        reading); now, as the kernel stamps a record it logs, otherwise.
         An uncorrectable memory error's XID moves nvidia-smi's readings as the driver does
         (`memory_error`).
         """
         self.memory_error(text)
         self.seq += 1
-        stamp = self.seq * 1000 if usec is None else usec
+        stamp = int(time.monotonic() * 1e6) if usec is None else usec
         with (self.root / "kmsg").open("a") as f:
             f.write(f"3,{self.seq},{stamp},-;{text}\n")
             f.write(" SUBSYSTEM=pci\n")  # a continuation line, skipped
@@ -549,22 +561,27 @@ def start(
     app_wait: float = 0.3,
     burst_wait: float = 0.3,
     mig_hold: float | None = None,
+    driver_blind: float | None = None,
 ) -> None:
     """Start the watcher as systemd does (gpu_health.unit_text), every path injected.
 
     `unit`: the Juju unit it wakes with juju-exec (`fake_juju_exec` on its PATH);
     `app_wait`: `--app-xid-wait`, shortened from its 15 s; `burst_wait`: `--burst-wait`,
     from its 5 s (the test's lines of a burst are appended within milliseconds);
-    `mig_hold`: `--mig-hold`, its default unless given.
+    `mig_hold`: `--mig-hold`, its default unless given; `driver_blind`: `--driver-blind`,
+    likewise.
     """
     box.started_with = {"escalation": escalation, "interval": interval, "tick": tick}
     box.started_with |= {"metrics": metrics, "unit": unit, "hook_retry": hook_retry}
     box.started_with |= {"app_wait": app_wait, "burst_wait": burst_wait, "mig_hold": mig_hold}
+    box.started_with |= {"driver_blind": driver_blind}
     r = box.root
     argv = [sys.executable, str(SRC / "gpu_watcher.py")]
     argv += watcher_args(box, escalation, interval, tick, app_wait, burst_wait)
     if mig_hold is not None:
         argv += ["--mig-hold", str(mig_hold)]
+    if driver_blind is not None:
+        argv += ["--driver-blind", str(driver_blind)]
     if metrics:
         box.metrics_port = box.metrics_port or free_ports(1)[0]
         argv += ["--metrics-port", str(box.metrics_port)]

@@ -1,6 +1,7 @@
 """Builders of ops.testing states for the kubernetes-worker tests."""
 
 import json
+from pathlib import Path
 
 from ops import testing
 
@@ -104,6 +105,16 @@ QUARANTINED_GPU = "GPU-00000001-aaaa-bbbb-cccc-dddddddddddd"
 WATCHER_STATE = "/var/lib/gpu-k8s/gpu-health.json"
 
 
+# The watcher's memory faults (its `memory_reasons`), from the catalog it reads
+_CATALOG = Path(__file__).parents[2] / "charms/kubernetes-worker/src/xid_catalog.json"
+
+
+def _memory_reasons() -> set[str]:
+    catalog = json.loads(_CATALOG.read_text())
+    found = {f"Xid{x}" for x in catalog["memory"]["xids"]}
+    return found | {catalog["health"][h]["reason"] for h in catalog["memory"]["health"]}
+
+
 def watcher_quarantines(machine, uuid=QUARANTINED_GPU, index="1", reason="Xid79"):
     """The GPU health watcher's state file with `uuid` quarantined, as gpu_watcher.py writes it.
 
@@ -123,7 +134,7 @@ def watcher_quarantines(machine, uuid=QUARANTINED_GPU, index="1", reason="Xid79"
         "at": "2026-11-28T10:00:00Z",
         "since": 1_795_000_000.0,
         "applied": True,
-    }
+    } | ({"memory": True} if reason in _memory_reasons() else {})
     state.setdefault("events", []).append(
         {
             "at": "2026-11-28T10:00:00Z",

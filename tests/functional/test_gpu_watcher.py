@@ -78,6 +78,23 @@ def test_a_fallen_gpu_quarantines_the_node_and_evicts_only_its_pods(machine):
     assert state["quarantined"][GPUS[1][1]]["action"] == "reboot"
 
 
+def test_a_memory_fault_marks_the_quarantine_for_the_gates_memory_test(machine):
+    """rereview44c R1: the gate must see DCGM's memory test pass a GPU a memory fault held.
+
+    Marked whatever the record's strength: a row remap failure after an XID 79 keeps the
+    reboot; nvidia-smi's double-bit ECC errors mark GPU 0's.
+    """
+    start(machine)
+    machine.kernel(xid_line("79", gpu=1))
+    until(lambda: GPUS[1][1] in machine.state()["quarantined"])
+    assert "memory" not in machine.state()["quarantined"][GPUS[1][1]]
+    machine.smi(smi_rows(dbe={0: 1}, recovery="N/A", remap_failed=1))
+    until(lambda: GPUS[0][1] in machine.state()["quarantined"])
+    until(lambda: machine.state()["quarantined"][GPUS[1][1]].get("memory"))
+    held = machine.state()["quarantined"]
+    assert (held[GPUS[1][1]]["action"], held[GPUS[0][1]]["memory"]) == ("reboot", True)
+
+
 # juju-exec's exact command line: the unit, then one shell command for `bash -s`
 # (gpu_watcher.py's docstring: Juju 3.6 juju-exec, ops' dispatch); nothing secret in it
 WAKE = ["-u", UNIT, "JUJU_DISPATCH_PATH=hooks/gpu-quarantined ./dispatch"]
@@ -132,9 +149,6 @@ def watcher_log(machine: Machine) -> str:
     return (machine.root / "watcher.log").read_text()
 
 
-SECOND = 1_000_000  # /dev/kmsg stamps in microseconds since boot
-
-
 def test_application_xids_restart_the_job_and_escalate_on_the_third(machine):
     """Three application faults on one GPU within the window quarantine it (XidRepeated).
 
@@ -143,15 +157,15 @@ def test_application_xids_restart_the_job_and_escalate_on_the_third(machine):
     """
     start(machine, escalation="3/10m")
     program(machine, 4242, "gpu0-job")  # left running on its broken CUDA context
-    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=60 * SECOND)
+    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=machine.at(60))
     until(lambda: f"{OWN}/gpu0-job" not in machine.pods())
     assert machine.pods() == ALL - {f"{OWN}/gpu0-job"}
     assert machine.condition() is None
     assert not machine.node().get("spec", {}).get("unschedulable")
-    machine.kernel(xid_line("13", gpu=0), usec=120 * SECOND)
+    machine.kernel(xid_line("13", gpu=0), usec=machine.at(120))
     time.sleep(0.5)  # several passes of the loop: still no quarantine after two
     assert machine.condition() is None
-    machine.kernel(xid_line("13", gpu=0), usec=180 * SECOND)
+    machine.kernel(xid_line("13", gpu=0), usec=machine.at(180))
     until(machine.quarantined)
     condition = machine.condition()
     assert condition is not None and condition["reason"] == "XidRepeated"
@@ -167,13 +181,13 @@ def test_the_escalation_count_survives_a_watcher_restart(machine):
     again, so a GPU faulting every few minutes across restarts was never repaired.
     """
     start(machine, escalation="3/10m")
-    machine.kernel(xid_line("13", gpu=0), usec=60 * SECOND)
-    machine.kernel(xid_line("13", gpu=0), usec=120 * SECOND)
+    machine.kernel(xid_line("13", gpu=0), usec=machine.at(60))
+    machine.kernel(xid_line("13", gpu=0), usec=machine.at(120))
     until(lambda: machine.state().get("app_faults", {}).get("clocks", {}).get(GPUS[0][1]))
     until(lambda: len(machine.state()["app_faults"]["clocks"][GPUS[0][1]]) == 2)
     machine.stop()
     start(machine, escalation="3/10m")
-    machine.kernel(xid_line("13", gpu=0), usec=180 * SECOND)
+    machine.kernel(xid_line("13", gpu=0), usec=machine.at(180))
     until(machine.quarantined)
     condition = machine.condition()
     assert condition is not None and condition["reason"] == "XidRepeated"
@@ -201,7 +215,7 @@ def test_one_burst_of_xid_lines_is_one_application_fault(machine):
     assert len(BURST) == 3
     start(machine, escalation="3/10m")
     for n, line in enumerate(burst(0)):  # within a millisecond, as the driver writes them
-        machine.kernel(line, usec=60 * SECOND + 300 * n)
+        machine.kernel(line, usec=machine.at(60) + 300 * n)
     until(machine.handled)
     time.sleep(0.3)  # several passes of the loop
     assert machine.condition() is None
@@ -210,7 +224,7 @@ def test_one_burst_of_xid_lines_is_one_application_fault(machine):
     # two more faults of the kind, a minute apart: the third fault escalates
     for at in (120, 180):
         for n, line in enumerate(burst(0)):
-            machine.kernel(line, usec=at * SECOND + 300 * n)
+            machine.kernel(line, usec=machine.at(at) + 300 * n)
     lines = f"{GPUS[0][1]}|13|Xid13|application"
     until(lambda: machine.quarantined() and machine.state()["faults"][lines] == 9)
     condition = machine.condition()
@@ -232,8 +246,8 @@ def test_killed_programs_xid_45_and_43_are_counted_and_never_quarantine_or_evict
     start(machine, escalation="3/10m")
     for n in range(3):
         program(machine, 4242 + n, "gpu0-job")  # still running when the wait is over
-        machine.kernel(xid_line("45", gpu=0, pid=4242 + n), usec=(60 + 60 * n) * SECOND)
-    machine.kernel(xid_line("43", gpu=0, pid=4245), usec=240 * SECOND)
+        machine.kernel(xid_line("45", gpu=0, pid=4242 + n), usec=machine.at(60 + 60 * n))
+    machine.kernel(xid_line("43", gpu=0, pid=4245), usec=machine.at(240))
     faults = machine.state  # the counts, once all four lines are read
     until(lambda: sum(faults()["faults"].values()) == 4)
     time.sleep(0.6)  # twice --app-xid-wait: an application XID's program would be evicted
@@ -245,7 +259,7 @@ def test_killed_programs_xid_45_and_43_are_counted_and_never_quarantine_or_evict
         f"{GPUS[0][1]}|45|Xid45|info": 3,
         f"{GPUS[0][1]}|43|Xid43|info": 1,
     }
-    assert not machine.state().get("app_faults", {}).get("times", {}).get(GPUS[0][1])
+    assert GPUS[0][1] not in machine.state()["app_faults"]["clocks"]  # none counted
 
 
 def test_an_application_xid_evicts_only_a_program_still_running_after_the_wait(machine):
@@ -261,8 +275,8 @@ def test_an_application_xid_evicts_only_a_program_still_running_after_the_wait(m
     program(machine, 4242, "gpu0-job")  # lingers on its broken context
     crashed = program(machine, 4243, "gpu1-job")
     machine.kernel(xid_line("13", gpu=1))  # no process named: nobody
-    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=60 * SECOND)
-    machine.kernel(xid_line("13", gpu=1, pid=4243), usec=60 * SECOND)
+    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=machine.at(60))
+    machine.kernel(xid_line("13", gpu=1, pid=4243), usec=machine.at(60))
     until(machine.handled)
     shutil.rmtree(crashed)  # GPU 1's program exits on its fault: its launcher's code counts
     until(lambda: f"{OWN}/gpu0-job" not in machine.pods())
@@ -344,6 +358,40 @@ def test_nvidia_smi_that_cannot_reach_the_driver_quarantines_no_gpu(machine, kin
     machine.kernel(xid_line("79", gpu=1))
     until(machine.quarantined)
     assert machine.state()["quarantined"].keys() == {GPUS[1][1]}
+
+
+def test_a_driver_unavailable_outside_a_pause_for_too_long_is_said_and_gauged(machine):
+    """rereview44c R2: nvidia-smi blind with no driver update in progress is bounded.
+
+    Past `--driver-blind` an event says so once, and while it lasts a gauge says since
+    when (GpuDriverUnavailable alerts on it); a pause for the driver's update and the
+    driver answering again end it.
+    """
+    start(machine, metrics=True, driver_blind=0.6)
+    machine.smi_driver_down("mismatch")
+    until(lambda: events(machine, "DriverUnavailable"))
+    gauge = f'gpu_k8s_gpu_driver_unavailable_since_timestamp_seconds{{node="{OWN}"}}'
+    until(lambda: gauge in machine.metrics())
+    since = samples(machine.metrics())[gauge]
+    assert time.time() - 30 < since <= time.time()
+    assert not events(machine, "DriverUnavailableTooLong")  # not yet
+    until(lambda: events(machine, "DriverUnavailableTooLong"))
+    (said,) = events(machine, "DriverUnavailableTooLong")
+    assert (said["gpu"], said["action"]) == ("all", "support")
+    assert "no driver update paused its polls" in said["meaning"]
+    assert machine.state()["quarantined"] == {}  # the running jobs go on (DRIVER_BLIND_S)
+    polls = machine.smi_calls()
+    until(lambda: machine.smi_calls() >= polls + 3)
+    assert len(events(machine, "DriverUnavailableTooLong")) == 1  # once
+    # the charm's driver update pauses the polls: no blind spell while it lasts
+    pause = gpu_watcher.pause_text(OWN, gpu_watcher.PAUSE_DRIVER)
+    machine.pause_path.write_text(pause)
+    until(lambda: gauge not in machine.metrics())
+    machine.pause_path.unlink()
+    until(lambda: gauge in machine.metrics())  # blind again after it: counted afresh
+    assert samples(machine.metrics())[gauge] > since
+    machine.smi_driver_down(None)
+    until(lambda: gauge not in machine.metrics())
 
 
 def test_a_gpu_lost_once_the_driver_answers_again_is_quarantined(machine):
@@ -538,20 +586,55 @@ def test_a_first_start_records_older_kernel_faults_without_counting_them(machine
     assert machine.condition() is None
 
 
-def test_a_fatal_xid_logged_before_the_first_start_still_quarantines(machine):
-    """A fatal XID of this boot logged before the watcher ran still quarantines its GPU.
+def test_a_fatal_xid_logged_before_the_first_start_quarantines_a_gpu_still_lost(machine):
+    """A fatal XID of this boot logged before the watcher ran, its GPU still off the bus.
 
-    No reboot came since (same boot), and nothing proves a reset: the GPU is quarantined,
-    and its record says the fault was logged before the watcher started
+    No reboot came since (same boot), and nvidia-smi cannot reach the GPU now: the GPU is
+    quarantined, and the XID's event says it was logged before the watcher started
     (docs/how-to/upgrade.md says why).
     """
     logged = max(0, int((time.monotonic() - 30 * 60) * 1e6))
     machine.kernel(xid_line("79", gpu=1), usec=logged)
+    machine.smi(smi_rows(lost=1), 15)
     start(machine)
-    until(machine.quarantined)
-    held = machine.state()["quarantined"][GPUS[1][1]]
-    assert (held["reason"], held["action"]) == ("Xid79", "reboot")
-    assert "before the watcher started" in held["message"]
+    until(lambda: machine.state()["quarantined"] and events(machine, "Xid79"))
+    (held,) = machine.state()["quarantined"].values()  # by its PCI address: no UUID answered
+    assert held["action"] == "reboot"  # the poll's GpuLost or the XID, whichever came first
+    (said,) = events(machine, "Xid79")
+    assert "before the watcher started" in said["meaning"]
+
+
+@pytest.mark.parametrize(
+    ("recovery", "held"),
+    [
+        ("None", False),  # reset since, or contained: nothing to repair now
+        ({1: "Reset"}, True),  # the driver still asks for the reset
+        ("N/A", True),  # a GPU that reports no recovery action: nothing clears it
+    ],
+)
+def test_an_old_fatal_xid_quarantines_only_when_the_gpus_state_now_confirms_it(
+    machine, recovery, held
+):
+    """rereview44c R3: the first start on a fleet drained every node with an old fatal XID.
+
+    A backlog XID (here NVLink's 74, a reset) quarantines when the driver asks for a
+    recovery action now, or reports none; with the action None it is recorded only.
+    """
+    logged = max(0, int((time.monotonic() - 30 * 60) * 1e6))
+    machine.kernel(xid_line("74", gpu=1), usec=logged)
+    machine.smi(smi_rows(recovery=recovery))
+    start(machine)
+    until(lambda: events(machine, "Xid74"))
+    until(lambda: "XID 74" in watcher_log(machine) or machine.quarantined())
+    if held:
+        until(lambda: machine.state()["quarantined"].get(GPUS[1][1], {}).get("applied"))
+        return
+    time.sleep(0.3)  # polls, steps: nothing acts on it
+    assert machine.state()["quarantined"] == {} and machine.condition() is None
+    assert machine.pods() == ALL
+    assert "XID 74 logged before the watcher read it, not acted on" in watcher_log(machine)
+    (said,) = events(machine, "Xid74")
+    assert "before the watcher started" in said["meaning"]
 
 
 def test_records_written_while_a_watcher_was_down_are_new_on_its_restart(machine):
@@ -570,6 +653,29 @@ def test_records_written_while_a_watcher_was_down_are_new_on_its_restart(machine
     assert "before the watcher started" not in json.dumps(events(machine, "Xid13"))
 
 
+def test_a_restarted_watcher_looks_up_no_pid_of_a_record_logged_long_before(machine):
+    """rereview44c R4: records written while a watcher was down for long are not live.
+
+    Stopped 40 minutes, the watcher read an XID 13 naming pid 4242 as new: the pid now
+    runs cpu-job, a pod that holds no GPU, and it was evicted. A record read more than
+    KERNEL_CLOCK_SKEW after the kernel logged it is recorded, neither counted nor looked
+    into, as a first start's backlog is.
+    """
+    start(machine)
+    until(machine.handled)
+    machine.stop()
+    program(machine, 4242, "cpu-job")  # the pid, reused since
+    logged = int((time.monotonic() - 40 * 60) * 1e6)
+    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=logged)
+    start(machine)
+    until(lambda: events(machine, "Xid13"))
+    time.sleep(0.6)  # past --app-xid-wait: no check was due
+    assert machine.pods() == ALL
+    (said,) = events(machine, "Xid13")
+    assert "before the watcher started" in said["meaning"]
+    assert GPUS[0][1] not in machine.state()["app_faults"]["clocks"]  # not counted
+
+
 def test_the_escalation_window_is_judged_by_the_kernels_stamps(machine):
     """Review44b G3: the window compares when faults were logged, not when they were read.
 
@@ -578,12 +684,12 @@ def test_the_escalation_window_is_judged_by_the_kernels_stamps(machine):
     """
     start(machine, escalation="3/10m")
     for at in (60, 420, 780):  # seconds after boot, by the kernel's clock
-        machine.kernel(xid_line("13", gpu=0), usec=at * SECOND)
+        machine.kernel(xid_line("13", gpu=0), usec=machine.at(at))
     until(machine.handled)
     time.sleep(0.6)  # past --burst-wait: each decided
     assert machine.condition() is None and machine.state()["quarantined"] == {}
     assert len(machine.state()["app_faults"]["clocks"][GPUS[0][1]]) == 2
-    machine.kernel(xid_line("13", gpu=0), usec=900 * SECOND)  # 3 within 10 minutes now
+    machine.kernel(xid_line("13", gpu=0), usec=machine.at(900))  # 3 within 10 minutes now
     until(machine.quarantined)
     condition = machine.condition()
     assert condition is not None and condition["reason"] == "XidRepeated"
@@ -602,8 +708,8 @@ def test_a_pending_application_xid_check_survives_a_watcher_restart(machine):
     start(machine, app_wait=3.0)
     program(machine, 4242, "gpu0-job")  # lingers on its broken context
     ended = program(machine, 4243, "gpu1-job")  # exits on its fault during the restart
-    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=60 * SECOND)
-    machine.kernel(xid_line("13", gpu=1, pid=4243), usec=60 * SECOND)
+    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=machine.at(60))
+    machine.kernel(xid_line("13", gpu=1, pid=4243), usec=machine.at(60))
     until(machine.handled)
     machine.stop()  # inside the wait
     assert machine.pods() == ALL
@@ -654,6 +760,7 @@ def test_a_budget_that_refuses_the_eviction_does_not_hold_a_pod_on_a_quarantined
     start(machine)
     machine.kernel(xid_line("79", gpu=0))
     until(lambda: f"{OWN}/gpu0-job" not in machine.pods())
+    until(lambda: f"deleted team-a/gpu0-job-{OWN}" in watcher_log(machine))  # said after
 
     asked = [
         tuple(r)
@@ -678,7 +785,7 @@ def test_an_application_xid_waits_for_the_budget(machine):
     path = budgeted(machine, "gpu0-job")
     start(machine)
     program(machine, 4242, "gpu0-job")  # left running on its broken context
-    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=60 * SECOND)
+    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=machine.at(60))
     until(lambda: "would violate the pod's disruption budget" in watcher_log(machine))
     assert machine.api.get_object(path) is not None
     assert machine.condition() is None
@@ -910,7 +1017,7 @@ def test_xids_a_mig_instance_names_count_and_quarantine_the_gpu_that_holds_it(ma
     machine.smi_list(smi_list(mig))
     start(machine, escalation="3/10m")
     for n in range(3):  # three faults of programs in GPU 0's instance, a minute apart
-        machine.kernel(xid_line("13", gpu=0, pid=5000 + n, mig=True), usec=(60 + 60 * n) * SECOND)
+        machine.kernel(xid_line("13", gpu=0, pid=5000 + n, mig=True), usec=machine.at(60 + 60 * n))
     until(machine.quarantined)
     held = machine.state()["quarantined"]
     assert list(held) == [GPUS[0][1]]
@@ -929,6 +1036,28 @@ def test_xids_a_mig_instance_names_count_and_quarantine_the_gpu_that_holds_it(ma
     until(lambda: f"{OWN}/gpu1-job" not in machine.pods())
 
 
+def test_a_later_line_of_another_mig_instance_is_not_the_bursts(machine):
+    """rereview44c R9: a 45 naming another instance's live program joined the burst.
+
+    Team-b's program faults in GPU instance 2 and ends; within the burst's seconds the
+    driver stops team-a's program in instance 5 (XID 45): not that fault's line, so
+    team-a's pod is left alone.
+    """
+    other_team_gpu_pod(machine, gpu=0)
+    start(machine)
+    ran = program(machine, 4242, "other-job", TEAM_B)
+    machine.kernel(xid_line("13", gpu=0, pid=4242, mig=True), usec=machine.at(60))
+    until(machine.handled)
+    shutil.rmtree(ran)  # ends on its fault
+    program(machine, 4244, "gpu0-job")
+    line = xid_line("45", gpu=0, pid=4244).replace("): 45,", " GPU-I:05): 45,")
+    machine.kernel(line, usec=machine.at(60) + 900)
+    until(machine.handled)
+    time.sleep(0.8)  # past --app-xid-wait: a burst line's program would be evicted
+    assert f"{OWN}/gpu0-job" in machine.pods()
+    assert machine.state()["quarantined"] == {}
+
+
 # -- uncorrectable memory errors with error containment (issue 32 review gap 3) -------------
 
 
@@ -943,7 +1072,7 @@ def test_a_contained_memory_error_restarts_only_the_job_and_keeps_the_gpu(machin
     """
     start(machine)
     program(machine, 4242, "gpu0-job")  # left running on its broken context
-    machine.kernel(xid_line("94", gpu=0, pid=4242, mig=True), usec=60 * SECOND)
+    machine.kernel(xid_line("94", gpu=0, pid=4242, mig=True), usec=machine.at(60))
     until(lambda: f"{OWN}/gpu0-job" not in machine.pods())  # the job restarts
     assert machine.ecc == {0: 1}
     polls = machine.smi_calls()
@@ -1082,7 +1211,7 @@ def other_team_gpu_pod(machine: Machine, gpu: int = 1, share: str = "") -> dict:
 def crashes(machine: Machine, pid: int, pod: str, at: int, namespace: str = "team-a") -> None:
     """A program of `pod` faults on GPU 0 (XID 13 naming it) at `at` s, then exits on its own."""
     ran = program(machine, pid, pod, namespace)
-    machine.kernel(xid_line("13", gpu=0, pid=pid), usec=at * SECOND)
+    machine.kernel(xid_line("13", gpu=0, pid=pid), usec=machine.at(at))
     until(machine.handled)
     shutil.rmtree(ran)  # CUDA's error is sticky: the program ends, its pod fails
 
@@ -1182,7 +1311,7 @@ def test_faults_naming_no_process_count_for_the_team_holding_the_gpu(machine):
     start(machine, escalation="3/10m")
     for at in (60, 120, 180):  # pid '<unknown>', as the recorded burst's lines
         for n, line in enumerate(burst(0)):
-            machine.kernel(line, usec=at * SECOND + 300 * n)
+            machine.kernel(line, usec=machine.at(at) + 300 * n)
     until(lambda: one_team_events(machine) and machine.handled())
     time.sleep(0.3)  # several passes of the loop
     assert machine.condition() is None
@@ -1199,7 +1328,7 @@ def test_faults_no_pod_can_be_blamed_for_quarantine_the_gpu(machine):
     machine.release(gpu0)
     start(machine, escalation="3/10m")
     for n in range(3):
-        machine.kernel(xid_line("13", gpu=0), usec=(60 + 60 * n) * SECOND)
+        machine.kernel(xid_line("13", gpu=0), usec=machine.at(60 + 60 * n))
     until(machine.quarantined)
     condition = machine.condition()
     assert condition is not None and condition["reason"] == "XidRepeated"
@@ -1244,7 +1373,7 @@ def test_one_teams_faults_on_a_shared_gpu_leave_the_team_sharing_it_alone(machin
     start(machine, escalation="3/10m", metrics=True)
     for n in range(3):  # each names its process, which exited before it was read
         line = xid_line("13", gpu=0, pid=7000 + n, mig=layout == "mig")
-        machine.kernel(line, usec=(60 + 60 * n) * SECOND)
+        machine.kernel(line, usec=machine.at(60 + 60 * n))
     until(lambda: one_team_events(machine) and machine.handled())
     time.sleep(0.5)  # several passes of the loop, past --burst-wait
     assert machine.condition() is None
@@ -1269,7 +1398,7 @@ def test_faults_of_two_teams_mig_slices_on_one_gpu_quarantine_it(machine):
     start(machine, escalation="3/10m")
     for n, gi in enumerate(("02", "03", "02")):  # slices 0, 1, 0: team-a, team-b, team-a
         line = xid_line("13", gpu=0, pid=7000 + n, mig=True).replace("GPU-I:02", f"GPU-I:{gi}")
-        machine.kernel(line, usec=(60 + 60 * n) * SECOND)
+        machine.kernel(line, usec=machine.at(60 + 60 * n))
     until(machine.quarantined)
     condition = machine.condition()
     assert (
@@ -1289,7 +1418,7 @@ def test_an_unattributed_fault_among_one_teams_counts_against_the_gpu(machine):
     start(machine, escalation="3/10m")
     crashes(machine, 4242, "gpu0-job", at=60)
     crashes(machine, 4243, "gpu0-job", at=120)
-    machine.kernel(xid_line("13", gpu=0), usec=180 * SECOND)  # names no process
+    machine.kernel(xid_line("13", gpu=0), usec=machine.at(180))  # names no process
     until(machine.quarantined)
     condition = machine.condition()
     assert condition is not None and condition["reason"] == "XidRepeated"
@@ -1315,10 +1444,10 @@ def test_a_burst_naming_no_process_first_is_decided_once_it_names_one(machine, n
     crashes(machine, 4242, "gpu0-job", at=60)
     crashes(machine, 4243, "gpu0-job", at=120)
     ran = program(machine, 4244, "gpu0-job")
-    machine.kernel(xid_line("13", gpu=0), usec=180 * SECOND)
+    machine.kernel(xid_line("13", gpu=0), usec=machine.at(180))
     until(machine.handled)  # read alone (the driver's next line comes a moment later)
     time.sleep(0.2)
-    machine.kernel(xid_line(names, gpu=0, pid=4244), usec=180 * SECOND + 900)
+    machine.kernel(xid_line(names, gpu=0, pid=4244), usec=machine.at(180) + 900)
     until(lambda: one_team_events(machine))
     shutil.rmtree(ran)
     assert machine.condition() is None

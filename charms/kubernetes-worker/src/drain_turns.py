@@ -193,7 +193,8 @@ class DrainTurns(ops.Object):
         From the update's install to the reboot the new userspace meets the running kernel
         module and nvidia-smi answers "Driver/library version mismatch": the GPU health
         watcher's polls are paused for it (gpu_watcher.PAUSE_FILE, PAUSE_DRIVER), as a GPU
-        reset pauses them, and the pause goes again if apt fails (no reboot comes).
+        reset pauses them, and the pause goes again on any failure before the reboot is
+        asked for (no reboot comes), so a retried failing hook never keeps them paused.
         Always ends the reconcile (StatusError).
         """
         cordoned = False
@@ -213,11 +214,14 @@ class DrainTurns(ops.Object):
             host.write(PAUSE_FILE, pause_text(node, PAUSE_DRIVER, DRIVER_PAUSE_S))
         try:
             driver.apply_update(host, update)
+            self._stored.reboot_boot = nvidia.boot_id(host)
         except apt.AptError as e:
             host.path(PAUSE_FILE).unlink(missing_ok=True)
             held = f"node {node} stays cordoned; " if cordoned else ""
             raise StatusError.blocked(f"{held}{driver.apt_blocked_message(e)}") from None
-        self._stored.reboot_boot = nvidia.boot_id(host)
+        except BaseException:  # any other failure: no reboot comes either (the hook fails)
+            host.path(PAUSE_FILE).unlink(missing_ok=True)
+            raise
         logger.info("rebooting for the NVIDIA driver: %s", reason)
         self.model.unit.reboot()
         raise StatusError.maintenance(f"rebooting: {reason}")

@@ -21,16 +21,27 @@ credential is involved, the containers are privileged and removed afterwards):
    entity_id, status, warnings[{warning}]}` and a `test_summary` `{status, warnings}`, and
    `runtime_error` when the diagnostic could not run. A result's status is "Pass", "Fail" (a
    Warn too) or "Skip"; a GPU a test did not run on has no result (NVIDIA/DCGM @72fa3fea,
-   DCGM 4.6.0, dcgmi/Diag.cpp HelperJsonAddResult, HelperDisplayDiagResult). The check
-   passes only when no GPU's result of any test is Fail and every GPU passed at least one
+   DCGM 4.6.0, dcgmi/Diag.cpp HelperJsonAddResult, HelperDisplayDiagResult). Level 2 runs
+   three tests (nvvs/src/NvidiaValidationSuite.cpp FillTestVectors: the software class's
+   subtests, and from the medium suite on `memory`, hardware class, and `pcie`,
+   integration class); only `memory` and `pcie` exercise a GPU (`EXERCISED`). The software
+   test cannot prove one: its subtests set their result on every GPU at once (Software.cpp,
+   PluginTest.cpp SetResult), and a GPU's result keeps the highest of them (Pass over Skip:
+   DcgmNvvsResponseWrapper.cpp), so every GPU of a healthy node reads Pass there. The check
+   passes only when no GPU's result of any test is Fail and every GPU passed an exercising
    test. A Skip is DCGM not testing that GPU with that test (NVVS starts each GPU at Skip
-   until its plugin sets a result, PluginTest.cpp; the memory test skips a GPU with ECC off
-   or too little free memory, a test that was disabled or aborted skips them all): it proves
-   nothing, and fails nothing either, as DCGM's own overall result does not
-   (Plugin::GetOverallResult: Pass while any GPU passed); the check names each skip with the
-   plugin's reason (the result's `info`), and a GPU that every test skipped is not proven:
-   the check fails. Failing on any Skip would hold a GPU with ECC off, or a test DCGM cannot
-   run on a model, out of service for good. An error tied to no GPU (the software test's
+   until its plugin sets a result, PluginTest.cpp). A skip of an exercising test fails the
+   check, but for the reasons a healthy GPU gets (`HEALTHY_SKIPS`: the memory test on a
+   GPU with ECC off or unsupported, memory.cpp, whose texts are dcgmlib/dcgm_errors.h
+   DCGM_FR_ECC_DISABLED_MSG and DCGM_FR_ECC_UNSUPPORTED_MSG), which are named with the
+   plugin's reason (the result's `info`) and fail nothing, as DCGM's own overall result
+   does not (Plugin::GetOverallResult): failing them would hold a GPU with ECC off out of
+   service for good. Every other skip says the GPU was not tested: the memory test skips a
+   GPU whose memory is still held ("Only N mb of memory is free ... Skipping", memory.cpp:
+   a stuck context right after a fault) and the pcie test marks an aborted run Skip
+   (Pcie.cpp). A GPU quarantined for a memory fault (xid_catalog.json's `memory`) must
+   pass the memory test itself (`run`'s `memory`): ECC off does not excuse it. An error
+   tied to no GPU (the software test's
    Fabric Manager training error or a denylisted driver: GpuIdTag::Unknown,
    nvvs/src/Software.cpp) fails every GPU with no warning of its own; dcgmi quotes it only
    in the test's `test_summary` (HelperJsonAddTestSummary: the test's status and all its
@@ -88,6 +99,19 @@ import nvidia
 import validation
 
 from charms.gpu_k8s.v0.system import Host
+
+# The level-2 tests that exercise each GPU (module docstring); the software test does not.
+EXERCISED = ("memory", "pcie")
+# The Skips a healthy GPU gets, per test: the memory plugin's texts (NVIDIA/DCGM @72fa3fe,
+# DCGM 4.6.0, dcgmlib/dcgm_errors.h DCGM_FR_ECC_DISABLED_MSG "Skipping test %s because ECC
+# is not enabled on GPU %u", filled with "Memory" by nvvs/plugin_src/memory/memory.cpp, and
+# DCGM_FR_ECC_UNSUPPORTED_MSG).
+HEALTHY_SKIPS = {
+    "memory": re.compile(
+        r"Skipping test Memory because ECC is not enabled on GPU \d+"
+        r"|ECC Memory is not turned on or is unsupported\. Skipping test\."
+    ),
+}
 
 # NVIDIA's DCGM image (NGC nvidia/cloud-native/dcgm; DCGM 4.x, whose `dcgmi diag -j`
 # form is the schema named above). Tag read 2026-11-27 from the NGC tags NVIDIA's own
@@ -348,12 +372,13 @@ def pull(
             raise PullError(f"pulling {image} outlived the gate's {timeout:.0f}s for its images")
 
 
-def parse_dcgm(text: str, count: int) -> Check:
-    """`dcgmi diag -j`'s JSON: passed when no GPU failed a test and every GPU passed one.
+def parse_dcgm(text: str, count: int, memory: frozenset[int] = frozenset()) -> Check:
+    """`dcgmi diag -j`'s JSON: passed when no GPU failed and each passed an exercising test.
 
-    A GPU's Skip is named, never a pass of its own (module docstring): a GPU that every
-    test skipped fails. A failed test's `test_summary` warnings that no GPU's result
-    quotes (errors tied to no GPU) are quoted.
+    Only `EXERCISED` tests prove a GPU; a Skip of one fails unless `HEALTHY_SKIPS` names
+    its reason, and then it is named (module docstring). Each GPU of `memory` (quarantined
+    for a memory fault) must pass the memory test. A failed test's `test_summary` warnings
+    that no GPU's result quotes (errors tied to no GPU) are quoted.
     """
     start = text.find("{")
     try:
@@ -366,12 +391,23 @@ def parse_dcgm(text: str, count: int) -> Check:
         return Check("dcgm", False, f"dcgmi diag printed no JSON result: {tail[0][:200]}")
     if diag.get("runtime_error"):
         return Check("dcgm", False, f"dcgmi diag could not run: {diag['runtime_error']}")
-    failures, seen, passed, skips, tests = [], set(), set(), [], 0
+    failures, said, skips, tests = [], {}, [], 0
     for test in (t for c in diag.get("test_categories") or [] for t in c.get("tests") or []):
         tests += 1
-        failures += _test_failures(test, seen, passed, skips)
-    unproven = sorted(seen - passed, key=str)
-    failures += [f"GPU {gpu}: no test passed, every one skipped it" for gpu in unproven]
+        failures += _test_failures(test, said, skips)
+    seen = {gpu for _, gpu in said}
+    proven = {
+        gpu for (name, gpu), status in said.items() if status == "Pass" and name in EXERCISED
+    }
+    failures += [
+        f"GPU {gpu}: no test that exercises it ({', '.join(EXERCISED)}) passed it"
+        for gpu in sorted(seen - proven, key=str)
+    ]
+    failures += [
+        f"GPU {gpu}: quarantined for a memory fault, and the memory test did not pass it"
+        for gpu in sorted(memory)
+        if said.get(("memory", gpu)) not in ("Pass", "Fail")  # a Fail is quoted already
+    ]
     skipped = f" ({'; '.join(skips)})" if skips else ""
     if failures:
         return Check(
@@ -392,30 +428,34 @@ def _warnings(entry: dict) -> list[str]:
     return [w for w in said if isinstance(w, str) and w]
 
 
-def _test_failures(test: dict, seen: set, passed: set, skips: list[str]) -> list[str]:
+def _test_failures(test: dict, said: dict, skips: list[str]) -> list[str]:
     """What one DCGM test says against the GPUs.
 
-    Adds each GPU it reports to `seen`, each it passed to `passed`, and each Skip, with
-    the plugin's reason (its `info`), to `skips`. Returns each GPU's failure with its own
-    warning; GPUs failed with no warning of their own, and a failed test summary, with
-    the summary's warnings no GPU quoted (or "no detail").
+    Records each GPU's status in `said` by (test, GPU), and each Skip a healthy GPU gets
+    (`HEALTHY_SKIPS`; any Skip of a test that exercises nothing), with the plugin's reason
+    (its `info`), in `skips`. Returns each GPU's failure with its own warning and each
+    other Skip of an exercising test with its reason; GPUs failed with no warning of
+    their own, and a failed test summary, with the summary's warnings no GPU quoted (or
+    "no detail").
     """
     name, failures, quoted, bare = test.get("name"), [], set(), []
     for result in test.get("results") or []:
         if result.get("entity_group") != "GPU":
             continue
-        gpu, status, said = result.get("entity_id"), result.get("status"), _warnings(result)
-        seen.add(gpu)
-        quoted.update(said)
-        if status == "Pass":
-            passed.add(gpu)
-        elif status == "Skip":
+        gpu, status, warned = result.get("entity_id"), result.get("status"), _warnings(result)
+        said[(name, gpu)] = status
+        quoted.update(warned)
+        if status == "Skip":
             info = [i for i in result.get("info") or [] if isinstance(i, str) and i]
-            why = (info or said or ["no reason given"])[0]
-            skips.append(f"GPU {gpu} {name} skipped: {why}")
-        elif said:
-            failures.append(f"GPU {gpu} {name}: {said[0]}")
-        else:
+            why = (info or warned or ["no reason given"])[0]
+            healthy = HEALTHY_SKIPS.get(str(name))
+            if name not in EXERCISED or (healthy and any(healthy.fullmatch(i) for i in info)):
+                skips.append(f"GPU {gpu} {name} skipped: {why}")
+            else:
+                failures.append(f"GPU {gpu} {name} skipped, so not tested: {why}")
+        elif status != "Pass" and warned:
+            failures.append(f"GPU {gpu} {name}: {warned[0]}")
+        elif status != "Pass":
             bare.append(gpu)
     summary = test.get("test_summary") or {}
     extra = [w for w in _warnings(summary) if w not in quoted]
@@ -536,6 +576,7 @@ def run(
     pull_timeout: float = PULL_TIMEOUT,
     alone: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     wall_clock: Callable[[], float] = time.time,
+    memory: frozenset[int] = frozenset(),
 ) -> GateResult:
     """Run the gate on this machine's `count` GPUs of `model`; stops at the first failure.
 
@@ -545,6 +586,8 @@ def run(
     officially supported configuration ... may lead to deadlocks in the driver"; the caller
     pauses the GPU clients, gpu_repair.gpu_clients_paused) for that check only. A passing
     all-reduce may become this node's baseline (`record_baseline`, stamped `wall_clock`).
+    The GPUs of `memory` (by index: quarantined for a memory fault) must pass DCGM's
+    memory test (`parse_dcgm`).
 
     Raises:
         PullError: an image cannot be pulled (the gate did not run).
@@ -581,7 +624,7 @@ def run(
     if code == -1:
         checks.append(Check("dcgm", False, f"dcgmi diag timed out after {timeout:.0f}s"))
         return GateResult(tuple(checks))
-    checks.append(parse_dcgm(output, count))
+    checks.append(parse_dcgm(output, count, memory))
     if not checks[-1].passed or count < 2:
         return GateResult(tuple(checks))
     checks.append(_nccl(host, nccl_image, count, model, timeout, clock, progress, wall_clock))

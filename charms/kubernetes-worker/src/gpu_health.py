@@ -141,6 +141,15 @@ def quarantined(host: Host) -> list[dict]:
     return sorted(found.values(), key=lambda q: q.get("since", 0))
 
 
+def memory_faulted(host: Host) -> frozenset[int]:
+    """The indexes of the GPUs quarantined for a memory fault (the watcher's `memory`).
+
+    Their gate must pass DCGM's memory test (gpu_gate.parse_dcgm).
+    """
+    held = (str(q.get("index")) for q in quarantined(host) if q.get("memory"))
+    return frozenset(int(i) for i in held if i.isdigit())  # nvidia-smi's index, DCGM's id
+
+
 def uncordon(host: Host, kube: Kube, node: str) -> bool:
     """End a turn's cordon (`drain.uncordon`) unless a GPU of this machine is quarantined.
 

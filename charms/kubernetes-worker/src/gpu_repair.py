@@ -92,7 +92,7 @@ import gpu_gate
 import mig
 import nvidia
 from driver import FABRIC_SERVICE
-from gpu_health import FAILED_KEPT_S, epoch
+from gpu_health import FAILED_KEPT_S, epoch, memory_faulted
 from gpu_watcher import PAUSE_FILE, PAUSE_GATE, PAUSED_FOR, pause_text
 
 from charms.gpu_k8s.v0.kube_objects import (
@@ -617,7 +617,8 @@ def gate(
     DCGM exporter, which stays on a quarantined node, runs a DCGM host engine of its own,
     and NVIDIA supports one per node (gpu_gate.run's `alone`). The pause lasts while the
     clients leave (CLIENTS_TIMEOUT_S) and the diagnostic runs (`timeout`), which may be
-    longer than the watcher's default pause: the pause file says how long.
+    longer than the watcher's default pause: the pause file says how long. A GPU
+    quarantined for a memory fault must pass DCGM's memory test (gpu_health.memory_faulted).
     """
     cuda, dcgm, nccl = images
     longest = CLIENTS_TIMEOUT_S + timeout + GATE_PAUSE_MARGIN_S
@@ -639,6 +640,7 @@ def gate(
         clock=clock,
         progress=progress,
         alone=alone,
+        memory=memory_faulted(host),
     )
 
 

@@ -33,7 +33,8 @@ only, so it keeps running while Juju replaces the charm's files. Its inputs:
   mig-manager is changing the MIG layout (the Node's MIG_STATE_LABEL, read only then:
   `hold_for_mig`). An answer that says nvidia-smi cannot reach the driver at all
   (`driver_down`: a driver/library version mismatch, no driver loaded, no NVML) judges
-  no GPU: an event `DriverUnavailable` says so once, and the kernel's XIDs still act.
+  no GPU: an event `DriverUnavailable` says so once, and the kernel's XIDs still act;
+  blind for `--driver-blind` (DRIVER_BLIND_S) outside a pause, `DriverUnavailableTooLong`.
   The polls run on their own thread, so a poll that blocks on a lost GPU (each is bounded
   at 20 s) never delays the kernel's XIDs, read every `--tick`;
 - the classification, xid_catalog.json (NVIDIA's XID catalog, its source and date inside).
@@ -165,6 +166,8 @@ agent (Prometheus text format 0.0.4; `metrics()` names each):
   `increase()` sees the first one;
 - `gpu_k8s_gpu_quarantined_since_timestamp_seconds` while a GPU is quarantined (alerts:
   quarantined for too long);
+- `gpu_k8s_gpu_driver_unavailable_since_timestamp_seconds{node}` while nvidia-smi cannot
+  reach the driver outside a pause (`driver_unavailable`; alert: for too long);
 - `gpu_k8s_gpu_fault_to_quarantine_seconds` and `gpu_k8s_gpu_fault_to_readmission_seconds`:
   the last fault's times per GPU, last values rather than histograms: a GPU faults a few
   times a year, so buckets would hold almost nothing and need keeping across reboots,
@@ -252,20 +255,35 @@ GPU_HANDLE = re.compile(r"Unable to determine the device handle for", re.IGNOREC
 # nvidia-smi(1) RETURN VALUE (docs.nvidia.com/deploy/nvidia-smi) 9 "NVIDIA driver is not
 # loaded", 12 "NVML Shared Library couldn't be found or loaded"; 18 is NVML's
 # NVML_ERROR_LIB_RM_VERSION_MISMATCH ("RM detects a driver/library version mismatch", nvml.h
-# nvmlReturn_t), which the man page does not list. Its words, in lower case: "Failed to
-# initialize NVML: Driver/library version mismatch" (or another reason NVML did not start),
-# "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", "NVIDIA-SMI
-# couldn't find libnvidia-ml.so library in your system" (gpu.py reads the first two for the
-# charm's status; tests/gpu_watcher_machine.py SMI_DRIVER_DOWN names where each was seen).
+# nvmlReturn_t), which the man page does not list. Or its exact words for these three (an
+# exit status other tools may not pass on): "Failed to initialize NVML: Driver/library
+# version mismatch", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA
+# driver", "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system" (gpu.py reads
+# the first two for the charm's status; tests/gpu_watcher_machine.py SMI_DRIVER_DOWN names
+# where each was seen). Not any "Failed to initialize NVML: ...": nvmlInit_v2 also fails
+# with NVML_ERROR_UNKNOWN "on any unexpected error" (nvml.h), and nvidia-smi exits with the
+# nvmlReturn_t it got (15 "GPU is lost", 14 "Corrupted infoROM", 10 an interrupt issue, 8
+# "Insufficient External Power", 255 "Unknown Error"): states of the hardware, which take
+# the path of a GPU not answering (each GPU known before is lost).
 # The charm's own driver update gives the first between its install and Juju's reboot
 # (drain_turns.py): no GPU fell off the bus. A GPU that does (XID 79) leaves NVML working
 # and the others answering: nvidia-smi names it (GPU_HANDLE) or leaves its row out.
 SMI_DRIVER_CODES = (9, 12, 18)
-SMI_DRIVER_WORDS = (
-    "failed to initialize nvml",
-    "couldn't communicate with the nvidia driver",
-    "couldn't find libnvidia-ml.so",
+SMI_DRIVER_TEXTS = (
+    "Failed to initialize NVML: Driver/library version mismatch",
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
+    "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system",
 )
+# How long nvidia-smi may stay blind (`driver_down`) outside a pause before the watcher says
+# so (`DriverUnavailableTooLong` and the gauge gpu_k8s_gpu_driver_unavailable_since_
+# timestamp_seconds, which GpuDriverUnavailable alerts on past the same 10 minutes). The
+# charm's own update pauses the polls until its reboot (PAUSE_DRIVER), so a blind poll
+# outside a pause is a driver nobody is updating (a package updated outside the charm, a
+# module that did not load) or a fault with no XID: no GPU is judged meanwhile. Not a
+# quarantine of every GPU: the commonest cause, a userspace update ahead of the loaded
+# module, leaves the running jobs working (their processes hold the loaded library), and
+# evicting them would end good work for a fault no GPU has; the kernel's XIDs still act.
+DRIVER_BLIND_S = 600.0
 # A node-wide event's GPU (`DriverUnavailable`): it is about no one GPU
 EVERY_GPU = {"index": "all", "uuid": "-"}
 # mig-manager's state label (mig.py LABEL_STATE; NVIDIA/mig-parted v0.15.0
@@ -655,13 +673,13 @@ def kernel_wall(usec: int, wall: float, monotonic: float) -> float | None:
     the H200 recording, tests/fixtures/gpu/h200-sxm-vm/health/capture.json): neither counts
     time suspended, which /proc/stat's `btime` (whole seconds, from CLOCK_BOOTTIME) does.
     Over days the two may drift apart by seconds or more (NTP slews CLOCK_MONOTONIC, not
-    the local clock): good enough to say when an old record was logged. None: no stamp, or
-    one ahead of now.
+    the local clock): good enough to say when an old record was logged. A stamp ahead of
+    now (the local clock ahead of CLOCK_MONOTONIC: dmesg(1) -T warns its times "could be
+    inaccurate") is now. None: no stamp.
     """
-    lag = monotonic - usec / 1e6
-    if usec < 0 or lag < -1.0:
+    if usec < 0:
         return None
-    return wall - max(lag, 0.0)
+    return wall - max(monotonic - usec / 1e6, 0.0)
 
 
 def kernel_time(usec: int, wall: float, monotonic: float) -> float | None:
@@ -678,8 +696,7 @@ def driver_down(code: int, out: str, gpus: dict, lost: set) -> bool:
     """
     if code == 0 or gpus or lost or GPU_HANDLE.search(out):
         return False
-    lowered = out.lower()
-    return code in SMI_DRIVER_CODES or any(word in lowered for word in SMI_DRIVER_WORDS)
+    return code in SMI_DRIVER_CODES or any(text in out for text in SMI_DRIVER_TEXTS)
 
 
 def recovery_action(entry: dict, text: str) -> tuple[str, str]:
@@ -787,6 +804,9 @@ class Watcher:
     def __init__(self, args: argparse.Namespace, api: Api, catalog: dict):
         self.args, self.api, self.catalog = args, api, catalog
         self.node = args.node
+        memory = catalog.get("memory") or {}  # the memory faults: the gate's memory test
+        self.memory_reasons = {f"Xid{x}" for x in memory.get("xids") or ()}
+        self.memory_reasons |= {catalog["health"][h]["reason"] for h in memory.get("health") or ()}
         self.count, self.window = parse_escalation(args.escalation)
         self.gpus: dict[str, dict] = {}  # by PCI key, from the last good poll
         self.smi_fields = SMI_FIELDS  # less those this driver's nvidia-smi does not know
@@ -816,6 +836,8 @@ class Watcher:
         self.bursts: dict[str, float] = {
             uuid: float(clock) for uuid, clock in (memory.get("bursts") or {}).items()
         }
+        # the MIG GPU instance each burst's first line named (`_burst_line`; not kept)
+        self.burst_instances: dict[str, str] = {}
         self.app_pids: dict[str, dict[int, float]] = collections.defaultdict(dict)
         for uuid, pids in (memory.get("pid_clocks") or {}).items():
             self.app_pids[uuid].update({int(pid): float(t) for pid, t in pids.items()})
@@ -848,6 +870,8 @@ class Watcher:
             self.backlog_seq, self.state["kmsg_seq"] = self.state["kmsg_seq"], -1
         self.last_poll = 0.0
         self.driver_down: str | None = None  # nvidia-smi's words while it cannot reach it
+        self.blind_since: float | None = None  # wall time it went blind, outside any pause
+        self.blind_told = False  # DriverUnavailableTooLong said for this blind spell
         self.mig_since: float | None = None  # a lost GPU held for mig-manager since then
         self.was_paused: str | None = None  # what the pause in force is for (`paused_for`)
         self.fault_at: float | None = None  # the kernel's time of the record in hand
@@ -1018,6 +1042,7 @@ class Watcher:
         if self.driver_down is not None:
             print(f"nvidia-smi reaches the NVIDIA driver again ({self.driver_down})", flush=True)
             self.driver_down = None
+        self.blind_since, self.blind_told = None, False
         findings = [(pci, "lost") for pci in lost]
         for pci, known in self.gpus.items():
             if pci not in gpus and pci not in lost and done.returncode != 0:
@@ -1036,18 +1061,29 @@ class Watcher:
         at each poll; the log says when nvidia-smi answers again. The GPUs known stay
         known, and the kernel's XIDs are still read and acted on: a GPU that fails
         meanwhile is still quarantined by its XID (79 for one that fell off the bus).
+        Blind for `--driver-blind` (DRIVER_BLIND_S) with no pause between: an event
+        `DriverUnavailableTooLong`, once, and the gauge says since when (`metrics`).
         """
-        said = next((line.strip() for line in out.splitlines() if line.strip()), "")
-        said = f"exit {code}: {said}" if said else f"exit {code}"
-        if self.driver_down is not None:
-            return
-        self.driver_down = said
-        meaning = (
-            f"nvidia-smi cannot reach the NVIDIA driver ({said}): no GPU is judged by "
-            "nvidia-smi until it answers again (a driver update before its reboot, or no "
-            "driver loaded: the unit's status says which); kernel XIDs are still acted on"
-        )
-        self._event(time.time(), EVERY_GPU, "DriverUnavailable", meaning, "info")
+        now = time.time()
+        self.blind_since = now if self.blind_since is None else self.blind_since
+        if self.driver_down is None:
+            said = next((line.strip() for line in out.splitlines() if line.strip()), "")
+            self.driver_down = f"exit {code}: {said}" if said else f"exit {code}"
+            meaning = (
+                f"nvidia-smi cannot reach the NVIDIA driver ({self.driver_down}): no GPU is "
+                "judged by nvidia-smi until it answers again (a driver update before its "
+                "reboot, or no driver loaded: the unit's status says which); kernel XIDs are "
+                "still acted on"
+            )
+            self._event(now, EVERY_GPU, "DriverUnavailable", meaning, "info")
+        if now - self.blind_since >= self.args.driver_blind and not self.blind_told:
+            self.blind_told = True
+            meaning = (
+                f"nvidia-smi has not reached the NVIDIA driver for {now - self.blind_since:.0f}s"
+                f" ({self.driver_down}) and no driver update paused its polls: no GPU is "
+                "judged by nvidia-smi; the unit's status says why (a reboot may load the driver)"
+            )
+            self._event(now, EVERY_GPU, "DriverUnavailableTooLong", meaning, "support")
 
     def hold_for_mig(self, findings: list[tuple[str, str]], at: float) -> list[tuple[str, str]]:
         """The findings less a GPU gone missing while mig-manager changes the MIG layout.
@@ -1117,17 +1153,23 @@ class Watcher:
     def handle_xid(self, record: dict, at: float, before: float | None = None) -> None:
         """Classify one XID; quarantine, or restart the job (escalating on repeats).
 
-        `before`: a record this boot's kernel logged before the watcher's first start in
-        it (`backlog`), and when (`kernel_wall`; -1: not known). It is recorded (an event
-        saying so, stamped when it was logged, and faults_total), and:
+        `before`: a record the watcher did not read live, and when it was logged
+        (`kernel_wall`; -1: not known): this boot's kernel logged it before the watcher's
+        first start in it (`backlog`), or it is read more than KERNEL_CLOCK_SKEW after the
+        kernel logged it, by the kernel's clock (a restarted watcher, stopped or crash-
+        looping meanwhile: `_kernel_record`). It is recorded (an event saying so, stamped
+        when it was logged, and faults_total), and:
         - an application XID is neither counted toward the escalation nor looked into:
           its faults may be hours old (three crashes of the last day are no 3 in 10
-          minutes), and its pid may name another program by now;
-        - a fatal one quarantines, as one read live does: the ring buffer holds only this
-          boot, so no reboot came since it, and nothing on record proves a reset (a reset
-          by hand leaves no trace the watcher can read). The GPU is repaired in its turn
-          and proven by the gate before it takes work again; the price is one repair of a
-          GPU someone reset by hand (docs/how-to/upgrade.md, gpu-day-2.md).
+          minutes), and its pid may name another program by now, whose pod would be
+          evicted;
+        - a fatal one quarantines only when the GPU's state now confirms a fault
+          (`confirms`): it is missing from nvidia-smi's answer, or the driver asks for a
+          recovery action, or the GPU reports none (then, as before, nothing the watcher
+          reads can clear it). A GPU whose driver says None now was reset since, or its
+          error was contained: the fault is recorded and the GPU left in service
+          (docs/how-to/upgrade.md, gpu-day-2.md). So the first start on a fleet does not
+          drain every node that logged a fatal XID in this boot at once.
         """
         xid = record["xid"]
         gpu = self.gpus.get(record["pci"], {"index": "?", "uuid": f"PCI:{record['pci']}"})
@@ -1140,10 +1182,31 @@ class Watcher:
         instance = {k: record[k] for k in ("gpu_instance", "compute_instance") if record.get(k)}
         stamp = before if before is not None and before >= 0 else at
         self._event(stamp, gpu, f"Xid{xid}", meaning, action, **instance)
-        if action in QUARANTINE:
+        if action in QUARANTINE and (before is None or self.confirms(record["pci"])):
             self.quarantine(gpu, f"Xid{xid}", meaning, action, at)
+        elif action in QUARANTINE:
+            print(
+                f"GPU {gpu['index']}: XID {xid} logged before the watcher read it, not acted "
+                f"on: the driver asks for no recovery action now ({gpu['uuid']})",
+                flush=True,
+            )
         elif before is None and (action == "application" or self._burst_line(gpu["uuid"], record)):
             self.application_fault(gpu, record, meaning, at)
+
+    def confirms(self, pci: str) -> bool:
+        """Whether the GPU's last poll confirms a fault an old XID named (`handle_xid`).
+
+        Yes when nvidia-smi did not answer for it (no row: lost, or no poll yet), when
+        the driver asks for a recovery action (NVML's current action: what XID 154
+        reports, `gpu_recovery_action`), and when the GPU reports none or a word this
+        watcher cannot read (V100, T4, older drivers: nothing on record can clear it).
+        Not when the action is None: NVIDIA's GPU Memory Error Management guide, "Error
+        Recovery and Response Flags": None, the GPU "can be used again by a new process".
+        """
+        row = self.gpus.get(pci)
+        if row is None:
+            return True
+        return recovery_code(row.get("gpu_recovery_action", "")) != "0"
 
     def _burst_line(self, uuid: str, record: dict) -> bool:
         """An `info` XID line that names the process of the application fault it ends.
@@ -1151,11 +1214,16 @@ class Watcher:
         The catalog's `burst_line` XIDs (43, 45: no fault alone) naming a pid, inside the
         burst of the last application fault counted on this GPU (APP_BURST_S, the
         kernel's clock), are that fault's later lines (`application_fault`: it may blame
-        the process, and that process's pod is evicted if it outlives the wait).
+        the process, and that process's pod is evicted if it outlives the wait). Not a
+        line naming another MIG GPU instance than the burst's first line, where both name
+        one: another tenant's program there is not this fault's.
         """
         entry = self.catalog["xids"].get(record["xid"]) or {}
         start = self.bursts.get(uuid)
         if not entry.get("burst_line") or record.get("pid") is None or start is None:
+            return False
+        ours, theirs = self.burst_instances.get(uuid, ""), record.get("gpu_instance") or ""
+        if ours and theirs and ours != theirs:  # another MIG instance's program: not its line
             return False
         return abs(record["clock"] - start) <= APP_BURST_S
 
@@ -1333,6 +1401,7 @@ class Watcher:
         same = same or ("process" if pid is not None and pid in pids else "")
         if not same:
             self.bursts[uuid] = clock
+            self.burst_instances[uuid] = record.get("gpu_instance") or ""
         if pid is not None:
             pids.setdefault(pid, clock)
         return same
@@ -1341,7 +1410,11 @@ class Watcher:
         """A health finding from nvidia-smi: quarantine (once per GPU)."""
         entry = self.catalog["health"][finding]
         gpu = self.gpus.get(pci, {"index": "?", "uuid": f"PCI:{pci}"})
-        if gpu["uuid"] in self.state["quarantined"]:
+        held = self.state["quarantined"].get(gpu["uuid"])
+        if held is not None:  # its gate tests its memory (`quarantine`)
+            if entry["reason"] in self.memory_reasons and not held.get("memory"):
+                held["memory"] = True
+                self._save()
             return
         meaning, action = entry["description"], entry["action"]
         if finding == "recovery":  # the action the driver asks for
@@ -1372,6 +1445,8 @@ class Watcher:
     def quarantine(self, gpu: dict, reason: str, meaning: str, action: str, at: float) -> None:
         """Condition, cordon, evict; recorded at once, the API steps retried each pass.
 
+        A memory fault (the catalog's `memory`) marks the record `memory`, however strong
+        the record is: its gate must pass DCGM's memory test (gpu_health.memory_faulted).
         A GPU quarantined already keeps its record unless this fault asks for a stronger
         repair (XID 154 naming a reboot after an XID 48 asked for a reset): then the
         record takes this fault's reason and repair, and the condition says so; its
@@ -1382,12 +1457,16 @@ class Watcher:
         self.app_xids.pop(gpu["uuid"], None)
         held = self.state["quarantined"].get(gpu["uuid"])
         if held and QUARANTINE.index(action) <= QUARANTINE.index(held["action"]):
+            if reason in self.memory_reasons:  # a weaker memory fault: its gate tests memory
+                held["memory"] = True
             self._save()
             self.apply()
             return
         message = f"GPU {gpu['index']} ({gpu['uuid']}): {meaning}; repair: {action}"
         record = {"index": gpu["index"], "uuid": gpu["uuid"], "reason": reason}
         record |= {"message": message, "action": action, "applied": False}
+        if reason in self.memory_reasons or (held and held.get("memory")):
+            record["memory"] = True  # its gate requires DCGM's memory test (gpu_gate.py)
         if held:  # raised: its first fault's times stay, and when it was raised is kept
             kept = ("at", "since", "fault_at", "quarantined_at")
             record |= {k: held[k] for k in kept if k in held} | {"raised_at": at}
@@ -1776,6 +1855,8 @@ class Watcher:
         self.fault_at = kernel_time(usec, now, monotonic)
         # the kernel's clock (CLOCK_MONOTONIC up to drift) for bursts and the window
         record["clock"] = usec / 1e6 if usec >= 0 else monotonic
+        # a record read long after the kernel logged it was not read live (`handle_xid`)
+        before = before or (usec >= 0 and monotonic - usec / 1e6 > KERNEL_CLOCK_SKEW)
         logged = kernel_wall(usec, now, monotonic) if before else None
         self.handle_xid(record, now, (-1.0 if logged is None else logged) if before else None)
         self.fault_at = None
@@ -1786,6 +1867,7 @@ class Watcher:
         Skipped while a GPU reset or the gate's diagnostic paused the polls (`paused`).
         """
         if self.paused(at):
+            self.blind_since, self.blind_told = None, False  # a pause is no blind spell
             return
         self.last_poll = at
         done = self._query_smi()
@@ -1830,6 +1912,16 @@ class Watcher:
             ]
             samples += self._counters(labels, known)
             samples += self._timings(labels)
+            if self.blind_since is not None:
+                samples.append(
+                    Gauge(
+                        "gpu_k8s_gpu_driver_unavailable_since_timestamp_seconds",
+                        "When nvidia-smi last became unable to reach the NVIDIA driver (Unix "
+                        "time), outside a pause for the driver's update, while it lasts.",
+                        round(self.blind_since, 3),
+                        {"node": node},
+                    )
+                )
         return samples
 
     def _counters(self, labels: Callable[..., dict], known: dict[str, str]) -> list[Gauge]:
@@ -1979,6 +2071,7 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--app-xid-wait", type=float, default=APP_WAIT_S)
     p.add_argument("--burst-wait", type=float, default=APP_BURST_S)
     p.add_argument("--mig-hold", type=float, default=MIG_HOLD_S)
+    p.add_argument("--driver-blind", type=float, default=DRIVER_BLIND_S)
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--unit", default="", help="the Juju unit to wake with juju-exec")
     p.add_argument("--juju-exec", default="juju-exec")  # /usr/bin/juju-exec on Juju 3 machines

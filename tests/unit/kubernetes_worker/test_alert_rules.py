@@ -119,7 +119,7 @@ def _gpu_labels(severity: str, **extra: str) -> dict:
 def test_the_rules_load_in_prometheus():
     done = _promtool("check", "rules", str(RULES))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 13 rules found" in done.stdout
+    assert "SUCCESS: 14 rules found" in done.stdout
 
 
 def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):
@@ -360,11 +360,11 @@ def _rendered(alert: str, labels: dict[str, str], value: str = "") -> dict[str, 
     return out
 
 
-def _firing(alert: str, severity: str, labels: dict[str, str]) -> dict:
+def _firing(alert: str, severity: str, labels: dict[str, str], value: str = "") -> dict:
     """One alert promtool is to see firing: its labels and its rendered annotations."""
     return {
         "exp_labels": {"severity": severity, **labels},
-        "exp_annotations": _rendered(alert, labels),
+        "exp_annotations": _rendered(alert, labels, value),
     }
 
 
@@ -690,4 +690,25 @@ def test_an_escalation_held_back_for_one_team_warns_within_the_hour(tmp_path):
         ],
     }
     done = _test_rules(tmp_path / "one_team_test.yml", tests)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_watcher_blind_to_the_driver_for_ten_minutes_alerts_until_the_driver_answers(tmp_path):
+    """rereview44c R2: nvidia-smi blind outside a driver update is bounded by an alert.
+
+    The watcher's gauge (gpu_watcher.py DRIVER_BLIND_S) says since when; it ends when the
+    driver answers again, and so does the alert.
+    """
+    blind = {"node": "gpu-0"}
+    name = "gpu_k8s_gpu_driver_unavailable_since_timestamp_seconds"
+    # blind from t=60 s; the driver answers again after 15m (no gauge)
+    series = [{"series": _watcher_series(name, **blind), "values": "_ 60x14"}]
+    firing = _firing("GpuDriverUnavailable", "critical", blind, "11m 0s")
+    cases = [
+        {"eval_time": at, "alertname": "GpuDriverUnavailable", "exp_alerts": alerts}
+        for at, alerts in (("10m", []), ("12m", [firing]), ("21m", []))
+    ]
+    tests = {"rule_files": [str(RULES)], "evaluation_interval": "1m"}
+    tests["tests"] = [{"interval": "1m", "input_series": series, "alert_rule_test": cases}]
+    done = _test_rules(tmp_path / "blind_test.yml", tests)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -1269,6 +1269,26 @@ def test_an_api_error_during_the_reboot_drain_fails_the_hook_without_rebooting(
     assert reboots == [False]
 
 
+def test_any_failure_of_the_driver_update_gives_the_watchers_polls_back(
+    ctx, machine, api, driver, clock, reboots
+):
+    """rereview44c R7: the pause for the update went only when apt failed.
+
+    A failure after apt (marking the kernel's module packages automatic) left it, and each
+    retry of the failing hook wrote it again: the polls stayed paused while it failed.
+    """
+    out = run_joined(ctx, api, config={"auto-reboot": True})
+    driver.driver_sru("580", "580.105.08")
+    driver.kernel_update(NEW_KERNEL)
+    machine.fail("/usr/bin/apt-mark auto", stderr="E: Could not get lock", returncode=100)
+
+    with pytest.raises(testing.errors.UncaughtCharmError):
+        ctx.run(ctx.on.update_status(), out)
+
+    assert reboots == []
+    assert not machine.path(gpu_watcher.PAUSE_FILE).exists()
+
+
 def test_an_update_apt_cannot_fetch_after_the_drain_keeps_the_node_cordoned_until_done(
     ctx, machine, api, driver, clock, reboots
 ):
@@ -2339,6 +2359,24 @@ def test_a_dcgm_diagnostic_failure_keeps_the_node_cordoned_and_is_recorded(
         "vectorAdd passed on each of 4 GPUs; dcgm FAILED: dcgmi diag -r 2: GPU 1 memory: "
         "Pending page retirements found on GPU 1"
     )
+
+
+@pytest.mark.parametrize(("reason", "passed"), [("Xid48", False), ("Xid74", True)])
+def test_a_memory_fault_is_readmitted_only_when_dcgms_memory_test_passed_its_gpu(
+    ctx, machine, api, driver, ctr, wall, clock, reason, passed
+):
+    """rereview44c R1: ECC off excuses DCGM's memory test, not after a memory fault (XID 48)."""
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    quarantined_for(machine, api, "reset-gpu", reason)
+    ctr.diag_skips = {(1, "memory"): "Skipping test Memory because ECC is not enabled on GPU 1"}
+
+    ctx.run(ctx.on.update_status(), state)
+
+    (repair,) = watcher_state(machine)["repairs"]
+    assert repair["gate"]["passed"] is passed
+    assert bool(watcher_state(machine)["quarantined"]) is not passed
+    said = "quarantined for a memory fault, and the memory test did not pass it"
+    assert (said in repair["gate"]["dcgm"]) is not passed
 
 
 def test_an_all_reduce_under_the_floor_fails_the_gate(ctx, machine, api, driver, ctr, wall, clock):

@@ -47,9 +47,12 @@ def test_a_failed_gpu_result_fails_with_its_warning(ctr):
 
 
 # DCGM 4.6.0's messages (dcgmlib/dcgm_errors.h DCGM_FR_FABRIC_MANAGER_TRAINING_ERROR_MSG,
-# DCGM_FR_ECC_DISABLED_MSG), as NVVS fills them in
+# DCGM_FR_ECC_DISABLED_MSG filled with "Memory" as nvvs/plugin_src/memory/memory.cpp does,
+# DCGM_FR_ECC_UNSUPPORTED_MSG; memory.cpp's free-memory skip; Pcie.cpp's aborted run)
 FABRIC = "Fabric Manager (Cluster UUID: 5f1c, Clique ID: 0, Health Mask: 0x2): training failed."
-NO_ECC = "Skipping test memory because ECC is not enabled on GPU 1"
+NO_ECC = "Skipping test Memory because ECC is not enabled on GPU 1"
+ECC_UNSUPPORTED = "ECC Memory is not turned on or is unsupported. Skipping test."
+HELD = "Only 10 mb of memory is free, but we need to allocate 64 mb to pass this test. Skipping"
 
 
 def test_an_error_tied_to_no_gpu_fails_with_dcgms_reason_from_the_test_summary(ctr):
@@ -74,37 +77,88 @@ def test_a_gpu_failure_is_quoted_once_though_the_summary_repeats_it(ctr):
     )
 
 
-def test_a_test_that_skipped_a_gpu_is_named_and_fails_nothing(ctr):
-    """A Skip is DCGM not testing that GPU with that test (its memory test with ECC off).
+@pytest.mark.parametrize("why", [NO_ECC, ECC_UNSUPPORTED])
+def test_a_memory_test_skipped_for_ecc_off_is_named_and_fails_nothing(ctr, why):
+    """DCGM's memory test skips a GPU with ECC off or unsupported: a healthy GPU.
 
-    DCGM's own result stays Pass (nvvs Plugin::GetOverallResult); the GPU passed the
-    others, so the check passes and names the skip: failing it would hold a GPU with ECC
-    off out of service for good.
+    DCGM's own result stays Pass (nvvs Plugin::GetOverallResult); the GPU passed pcie, so
+    the check passes and names the skip: failing it would hold a GPU with ECC off out of
+    service for good.
     """
-    ctr.diag_skips = {1: ("memory", NO_ECC)}
+    ctr.diag_skips = {(1, "memory"): why}
     text = diag(ctr)
     memory = json.loads(text)["DCGM Diagnostic"]["test_categories"][2]["tests"][0]
     assert memory["test_summary"] == {"status": "Pass"}
     check = gpu_gate.parse_dcgm(text, 4)
     assert (check.passed, check.detail) == (
         True,
-        f"dcgmi diag -r 2: 3 tests on 4 GPUs (GPU 1 memory skipped: {NO_ECC})",
+        f"dcgmi diag -r 2: 3 tests on 4 GPUs (GPU 1 memory skipped: {why})",
     )
 
 
-def test_a_gpu_every_test_skipped_is_not_proven(ctr):
-    """Counted as tested, a GPU no test ran on readmitted the node: now the check fails."""
+@pytest.mark.parametrize(
+    ("test", "why"),
+    [
+        ("memory", HELD),  # memory a stuck context still holds, right after a fault
+        ("pcie", "Test aborted"),  # an aborted run marks its GPUs Skip
+        ("memory", f"({NO_ECC})"),  # the healthy text, but not all of it
+    ],
+)
+def test_another_skip_of_a_test_that_exercises_the_gpu_fails(ctr, test, why):
+    """rereview44c R1: only ECC off excuses a skip; any other says the GPU was not tested."""
+    ctr.diag_skips = {(1, test): why}
+    check = gpu_gate.parse_dcgm(diag(ctr), 4)
+    assert (check.passed, check.detail) == (
+        False,
+        f"dcgmi diag -r 2: GPU 1 {test} skipped, so not tested: {why}",
+    )
+
+
+def test_a_gpu_only_the_software_test_passed_is_not_proven(ctr):
+    """rereview44c R1: the software test passes every GPU of a healthy node at once.
+
+    Counted as a pass, it readmitted a GPU that neither pcie nor memory tested.
+    """
+    ctr.diag_skips = {(1, "pcie"): "Test aborted", (1, "memory"): NO_ECC}
     found = json.loads(diag(ctr))
-    for category in found["DCGM Diagnostic"]["test_categories"]:
-        for test in category["tests"]:
-            for row in test["results"]:
-                if row["entity_id"] == 1:
-                    row["status"], row["info"] = "Skip", [NO_ECC]
+    software = found["DCGM Diagnostic"]["test_categories"][0]["tests"][0]
+    assert {row["status"] for row in software["results"]} == {"Pass"}
     check = gpu_gate.parse_dcgm(json.dumps(found), 4)
     assert not check.passed
-    assert check.detail.startswith(
-        "dcgmi diag -r 2: GPU 1: no test passed, every one skipped it (GPU 1 software skipped: "
+    assert check.detail == (
+        "dcgmi diag -r 2: GPU 1 pcie skipped, so not tested: Test aborted; GPU 1: no test that "
+        f"exercises it (memory, pcie) passed it (GPU 1 memory skipped: {NO_ECC})"
     )
+
+
+def test_the_fake_refuses_a_software_skip_dcgm_never_prints(ctr):
+    ctr.diag_skips = {(1, "software"): NO_ECC}
+    with pytest.raises(AssertionError, match="software test skips no GPU"):
+        diag(ctr)
+
+
+@pytest.mark.parametrize(
+    ("skips", "failures", "passed"),
+    [
+        ({}, {}, True),
+        ({(1, "memory"): NO_ECC}, {}, False),  # ECC off excuses no memory fault
+        ({(2, "memory"): NO_ECC}, {}, True),  # another GPU's skip
+        ({}, {1: ("memory", "DBE found on GPU 1")}, False),
+    ],
+)
+def test_a_gpu_quarantined_for_a_memory_fault_must_pass_the_memory_test(
+    ctr, skips, failures, passed
+):
+    ctr.diag_skips, ctr.diag_failures = skips, failures
+    check = gpu_gate.parse_dcgm(diag(ctr), 4, memory=frozenset({1}))
+    assert check.passed is passed
+    if skips.get((1, "memory")):
+        assert check.detail.startswith(
+            "dcgmi diag -r 2: GPU 1: quarantined for a memory fault, and the memory test did "
+            "not pass it ("
+        )
+    if failures:  # said once
+        assert check.detail == "dcgmi diag -r 2: GPU 1 memory: DBE found on GPU 1"
 
 
 def test_a_failed_summary_fails_even_when_every_gpu_result_passed(ctr):

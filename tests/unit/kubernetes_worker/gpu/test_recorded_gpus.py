@@ -246,6 +246,14 @@ DOWN = gpu_watcher_machine.SMI_DRIVER_DOWN
     [
         *[(code, text, True) for code, text in DOWN.values()],
         (255, DOWN["mismatch"][1], True),  # the words decide (gpu.py reads 255 so too)
+        # rereview44c R2: any other NVML start failure is the hardware's (nvml.h nvmlReturn_t
+        # texts; nvidia-smi exits with the code NVML gave): the path of GPUs not answering
+        (255, "Failed to initialize NVML: Unknown Error\n", False),
+        (15, "Failed to initialize NVML: GPU is lost\n", False),
+        (14, "Failed to initialize NVML: Corrupted infoROM\n", False),
+        (10, "Failed to initialize NVML: Interrupt request issue\n", False),
+        (8, "Failed to initialize NVML: Insufficient External Power\n", False),
+        (255, DOWN["mismatch"][1].lower(), False),  # the exact words, not any casing
         (9, "", True),  # nvidia-smi(1): 9, "NVIDIA driver is not loaded"
         (0, RECORDED_QUERY, False),  # the healthy H200
         # a GPU nvidia-smi names is an answer about that GPU, NVML started
@@ -284,6 +292,9 @@ def test_the_kernels_stamps_are_read_on_the_clock_the_watcher_maps_them_with():
     )
     assert gpu_watcher.kernel_time(usec, 1e9, written + 3600) is None  # timings: too old
     assert gpu_watcher.kernel_wall(-1, 1e9, written) is None  # no stamp
+    # rereview44c R6: printk's clock ahead of CLOCK_MONOTONIC (drift over a long uptime,
+    # dmesg(1) -T: "could be inaccurate") stamps its record now, not "not stamped"
+    assert gpu_watcher.kernel_wall(usec, 1e9, written - 5) == 1e9
 
 
 def test_the_mig_instances_of_each_mig_device_are_read_from_nvidia_smis_xml():
