@@ -322,7 +322,7 @@ class KubernetesWorkerCharm(ops.CharmBase):
             gpu_taint=self._taint,
             gpu_quarantine=self._quarantine,
         )
-        problem = state.driver_problem(self.unit.name, config.driver)
+        problem = state.driver_problem(self.unit.name, node, config.driver)
         if problem is not None:
             notes.append(ops.BlockedStatus(problem))
 

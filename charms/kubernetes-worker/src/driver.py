@@ -644,6 +644,11 @@ def ensure(
     `none`, and `auto` on a host whose working driver is not from Ubuntu's packages,
     leave the driver alone (Fabric Manager is still required on NVSwitch machines).
 
+    A hung driver (nvidia-smi did not answer: `SmiState.HUNG`) is left as it is: no
+    package, module or Fabric Manager change and no reboot reason, as none is known to
+    help but the reboot a quarantined GPU's repair takes (gpu_repairs.py) or the
+    operator's (`gpu_node.GpuState.driver_problem`).
+
     Raises:
         DriverPlanError: nothing can be installed; the message says what to set.
         apt.AptError: apt failed; `.package` names the failing package.
@@ -654,6 +659,8 @@ def ensure(
     nvswitch = inventory.nvswitches > 0
     have = installed(host)
     series = have.series
+    if report.state is gpu.SmiState.HUNG:  # only a reboot helps: change nothing
+        return DriverResult(series, False, report)
     if choice.mode == "none" or (choice.mode == "auto" and report.ok and series is None):
         fabric = fabric_state(host) if nvswitch and report.ok else None
         return DriverResult(None, False, report, fabric=fabric)

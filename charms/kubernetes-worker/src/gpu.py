@@ -324,6 +324,7 @@ class SmiState(enum.Enum):
     ABSENT = "absent"  # nvidia-smi is not installed
     MISMATCH = "mismatch"  # userspace and loaded kernel module differ: reboot
     NO_DRIVER = "no-driver"  # installed, but the kernel module is not loaded
+    HUNG = "hung"  # nvidia-smi did not answer in time (killed): the driver is hung
     FAILED = "failed"  # anything else
 
 
@@ -436,9 +437,16 @@ def parse_driver_version(text: str) -> str | None:
     return match.group(1) if match else None
 
 
+# The exit status of a command the Host's runner killed at its timeout
+# (charms.gpu_k8s.v0.system.SubprocessRunner: CommandError, exit status -1).
+HUNG_EXIT = -1
+
+
 def classify_failure(returncode: int, output: str) -> SmiState:
     """Classify a failed nvidia-smi run from its exit status and combined output."""
     lowered = output.lower()
+    if returncode == HUNG_EXIT:
+        return SmiState.HUNG
     if returncode == 127 or ("not found" in lowered and "nvidia-smi" in lowered):
         return SmiState.ABSENT
     if MISMATCH_TEXT in lowered:

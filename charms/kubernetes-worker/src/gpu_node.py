@@ -132,14 +132,24 @@ class GpuState:
             return None if self.pending_failed else f"waiting for {self.pending}"
         return None
 
-    def driver_problem(self, unit: str, choice: driver.DriverChoice) -> str | None:
-        """Blocked message for GPUs without a working driver that no reboot will fix."""
+    def driver_problem(self, unit: str, node: str, choice: driver.DriverChoice) -> str | None:
+        """Blocked message for GPUs without a working driver that the charm will not fix.
+
+        A hung driver names the reboot that clears it (the repair of a quarantined GPU
+        takes that reboot itself, gpu_repairs.py, and its status comes first).
+        """
         if self.problem:
             return self.problem
         if self.pending_failed and self.report.ok:
             return f"{self.pending}; the GPUs stay unlabelled until it works"
         if not self.has_gpu or self.report.ok or self.reboot:
             return None
+        if self.report.state is gpu.SmiState.HUNG:
+            return (
+                f"NVIDIA driver hung: {self.report.detail}; a reboot clears it: `kubectl "
+                f"drain {node} --ignore-daemonsets --delete-emptydir-data`, `juju ssh {unit} "
+                f"-- sudo reboot`, then `kubectl uncordon {node}`"
+            )
         fix = (
             "install one or set nvidia-driver=auto"
             if choice.mode == "none"

@@ -31,7 +31,7 @@
   processes are left when the driver waits on a GPU that no longer answers
   (NVIDIA/nvidia-docker#1553: a container on a GPU fallen off the bus survives `docker
   kill`; leptonai/gpud#117: `state:D` "blocked for more than 120 seconds" after an XID).
-  Nor is a driver so hung that nvidia-smi itself does not answer (SMI_TIMEOUT_S,
+  Nor is a driver so hung that nvidia-smi itself does not answer (nvidia.SMI_TIMEOUT_S,
   RESET_TIMEOUT_S: `Reset.hung`). Only a reboot ends either; the reboot is this module's
   repair wherever a reset was refused or did not help, and NVIDIA's catalog names one
   beside the reset for XID 48 (double-bit ECC; WORKFLOW_XID_48: "A GPU reset or node
@@ -159,11 +159,10 @@ HUNG_TASK_MAX_S = 600.0
 # (leptonai/gpud#117: "nvidia-smi may get stuck forever, when the nvidia-smi process goes
 # into D (uninterruptible) state"; NVIDIA/gpu-monitoring-tools#46, NVIDIA: nvidia-smi
 # "unkillable (stuck in 'D' state)" means "the driver is hung"). A query answers in
-# seconds and a reset of one GPU in seconds to tens of seconds (our choice of bounds;
-# NVIDIA documents none): one that does not answer within them on a quarantined GPU is
-# a driver hung, a failed repair only a reboot clears (`Reset.hung`). The runner gives a
-# killed nvidia-smi that stays in D up after system.KILL_WAIT_S.
-SMI_TIMEOUT_S = 30.0
+# seconds (nvidia.SMI_TIMEOUT_S) and a reset of one GPU in seconds to tens of seconds
+# (our choice of bounds; NVIDIA documents none): one that does not answer within them on
+# a quarantined GPU is a driver hung, a failed repair only a reboot clears (`Reset.hung`).
+# The runner gives a killed nvidia-smi that stays in D up after system.KILL_WAIT_S.
 RESET_TIMEOUT_S = 120.0
 NVIDIA_SMI = "nvidia-smi"
 PROGRESS = "/var/lib/gpu-k8s/gpu-repair.json"
@@ -228,7 +227,7 @@ class Reset(NamedTuple):
     holder is no compute process: nvidia-persistenced, an NVML monitor); `words`: its
     refusal's words; `stuck`: those of them that did not leave the kernel over the window
     (`unkillable`; `watch_holders` reads it); `hung`: the nvidia-smi that did not answer in
-    time (SMI_TIMEOUT_S, RESET_TIMEOUT_S): the driver is hung.
+    time (nvidia.SMI_TIMEOUT_S, RESET_TIMEOUT_S): the driver is hung.
     """
 
     done: bool
@@ -258,7 +257,7 @@ def reset(host: Host, entries: list[dict]) -> Reset:
                 return Reset(False, refused)
             apps = _compute_apps(host)
             if apps is None:
-                return _hung(refused, f"nvidia-smi {COMPUTE_APPS[0]}", SMI_TIMEOUT_S)
+                return _hung(refused, f"nvidia-smi {COMPUTE_APPS[0]}", nvidia.SMI_TIMEOUT_S)
             apps = _on(entries, apps)
             holders = _holders(entries, apps)
             return Reset(False, refused, holders, words, tuple(pid for pid, _ in apps))
@@ -389,7 +388,7 @@ def watch_holders(
         return refused
     apps = _compute_apps(host)
     if apps is None:
-        return _hung(refused.said, f"nvidia-smi {COMPUTE_APPS[0]}", SMI_TIMEOUT_S)
+        return _hung(refused.said, f"nvidia-smi {COMPUTE_APPS[0]}", nvidia.SMI_TIMEOUT_S)
     apps = [(pid, uuid) for pid, uuid in _on(entries, apps) if pid in stuck]
     if not apps:  # they let go meanwhile: a live refusal
         return refused
@@ -494,10 +493,10 @@ def _client_pods(kube: Kube, node: str) -> list[str]:
 def _compute_apps(host: Host) -> list[tuple[str, str]] | None:
     """The CUDA processes on the GPUs: (pid, GPU UUID) (`nvidia-smi --query-compute-apps`).
 
-    None: nvidia-smi did not answer within SMI_TIMEOUT_S (a hung driver).
+    None: nvidia-smi did not answer within nvidia.SMI_TIMEOUT_S (a hung driver).
     """
     try:
-        out = host.run(NVIDIA_SMI, *COMPUTE_APPS, timeout=SMI_TIMEOUT_S)
+        out = host.run(NVIDIA_SMI, *COMPUTE_APPS, timeout=nvidia.SMI_TIMEOUT_S)
     except CommandError as e:
         if e.returncode == -1:  # the runner's timeout
             return None
@@ -510,7 +509,7 @@ def _compute_processes(host: Host) -> list[str]:
     """The CUDA processes on the GPUs, for the log."""
     apps = _compute_apps(host)
     if apps is None:
-        return [f"nvidia-smi not answering within {SMI_TIMEOUT_S:.0f} s"]
+        return [f"nvidia-smi not answering within {nvidia.SMI_TIMEOUT_S:.0f} s"]
     return [f"process {pid}" for pid, _ in apps]
 
 

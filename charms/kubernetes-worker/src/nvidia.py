@@ -21,16 +21,35 @@ from collections.abc import Sequence
 import gpu
 import mig
 
-from charms.gpu_k8s.v0.system import Host
+from charms.gpu_k8s.v0.system import CommandError, Host
 
 NVIDIA_SMI = "/usr/bin/nvidia-smi"
 SH = "/bin/sh"
+# How long any nvidia-smi query may take (seconds). Our choice: NVIDIA documents no
+# duration (nvidia-smi(1)); a healthy driver answers in about a second, a hung one never
+# (leptonai/gpud#117: "nvidia-smi may get stuck forever, when the nvidia-smi process goes
+# into D (uninterruptible) state"). The Host's runner kills it then (its process group,
+# then gives a child in D up): every hook's driver step is bounded by it, not by
+# system.DEFAULT_TIMEOUT's 30 minutes. A reset (`nvidia-smi -r`) gets longer
+# (gpu_repair.RESET_TIMEOUT_S).
+SMI_TIMEOUT_S = 30.0
+HUNG_DETAIL = f"nvidia-smi did not answer within {SMI_TIMEOUT_S:.0f} s"
 
 
 def _run_combined(host: Host, *argv: str) -> tuple[int, str]:
-    # nvidia-smi prints NVML errors on stdout and exits non-zero; a Runner keeps only
-    # stderr of a failed command, so capture both streams and the status through sh.
-    out = host.run(SH, "-c", '"$@" 2>&1; echo "exit-status=$?"', "sh", *argv)
+    """(exit status, stdout and stderr) of nvidia-smi; (gpu.HUNG_EXIT, HUNG_DETAIL) at timeout.
+
+    nvidia-smi prints NVML errors on stdout and exits non-zero; a Runner keeps only
+    stderr of a failed command, so both streams and the status come through sh.
+    """
+    try:
+        out = host.run(
+            SH, "-c", '"$@" 2>&1; echo "exit-status=$?"', "sh", *argv, timeout=SMI_TIMEOUT_S
+        )
+    except CommandError as e:
+        if e.returncode != gpu.HUNG_EXIT:
+            raise
+        return gpu.HUNG_EXIT, HUNG_DETAIL
     body, _, status = out.rstrip("\n").rpartition("exit-status=")
     try:
         return int(status), body
@@ -41,7 +60,8 @@ def _run_combined(host: Host, *argv: str) -> tuple[int, str]:
 def read_smi(host: Host) -> gpu.SmiReport:
     """Run nvidia-smi (GPU query, then `--version` for CUDA) and report what it said.
 
-    A driver whose nvidia-smi does not know `compute_cap` is asked again without it.
+    A driver whose nvidia-smi does not know `compute_cap` is asked again without it. One
+    that does not answer within SMI_TIMEOUT_S is `SmiState.HUNG`, asked nothing more.
     """
     if not host.path(NVIDIA_SMI).exists():
         return gpu.SmiReport(state=gpu.SmiState.ABSENT, detail=f"{NVIDIA_SMI} not installed")

@@ -2842,6 +2842,83 @@ def test_a_hung_driver_under_reboot_is_a_failed_reset_then_the_reboot(
     assert "repaired by reboot" in out.unit_status.message
 
 
+# hung44 (issue 32 item 3): every nvidia-smi hangs, the hook's driver step's too
+# (nvidia.py). Each answers within nvidia.SMI_TIMEOUT_S or is the driver hung.
+DRIVER_HUNG = (
+    "NVIDIA driver hung: nvidia-smi did not answer within 30 s; a reboot clears it: "
+    "`kubectl drain ip-10-0-1-17 --ignore-daemonsets --delete-emptydir-data`, `juju ssh "
+    "kubernetes-worker/0 -- sudo reboot`, then `kubectl uncordon ip-10-0-1-17`"
+)
+
+
+def _bounded(driver, hung_before=0):
+    """Every hung nvidia-smi asked for 120 s at most, and there were few of them."""
+    hung = driver.hung_calls[hung_before:]
+    assert hung and all(t <= 120 for _, t in hung)
+    assert sum(t for _, t in hung) <= 300  # a hook bounded in minutes, not 30 min per call
+    return hung
+
+
+def test_a_hung_driver_on_a_gpu_fallen_off_the_bus_reboots_in_its_turn_and_readmits(
+    ctx, machine, api, driver, ctr, wall, clock, reboots
+):
+    """XID 79 (RESTART_BM) under `reboot`: the driver step neither blocks nor reinstalls."""
+    state = joined_gpu_node(ctx, api, driver)
+    quarantined_for(machine, api, "reboot", "Xid79")
+    driver.hung, packages, before = {1}, dict(machine.dpkg), len(driver.hung_calls)
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert reboots == [False] and out.unit_status.message.startswith("rebooting: GPU 1")
+    assert dict(machine.dpkg) == packages  # nothing reinstalled or switched
+    assert [t for _, t in _bounded(driver, before)] == [30.0]  # the driver step's; no reset
+    assert watcher_state(machine).get("repairs", []) == []  # no failed gate or repair yet
+    driver.reboot()
+    out = ctx.run(ctx.on.start(), out)
+    assert "repaired by reboot" in out.unit_status.message
+    assert [(r["method"], r["result"]) for r in watcher_state(machine)["repairs"]] == [
+        ("reboot", "ok")
+    ]
+    assert not node(api)["spec"].get("unschedulable")
+
+
+def test_a_hung_driver_under_reset_is_a_failed_repair_a_reboot_clears(
+    ctx, machine, api, driver, ctr, wall, clock, reboots
+):
+    state = joined_gpu_node(ctx, api, driver, {"gpu-auto-repair": "reset"})
+    state = with_peers(state, peers(turns=[UNIT]))
+    quarantined_for(machine, api, "reset-gpu", "Xid48")
+    driver.hung, packages, before = {1}, dict(machine.dpkg), len(driver.hung_calls)
+
+    out = ctx.run(ctx.on.update_status(), state)
+
+    assert out.unit_status == testing.BlockedStatus(HUNG) and reboots == []
+    (failed,) = watcher_state(machine)["repairs"]
+    assert (failed["method"], failed["result"]) == ("reset", "failed")
+    assert dict(machine.dpkg) == packages
+    _bounded(driver, before)
+    assert "reboot-request" not in reboots_relation(out).local_unit_data  # turn given back
+
+
+@pytest.mark.parametrize("choice", ["580", "570"])
+def test_a_hung_driver_without_a_quarantine_is_blocked_naming_it_and_changes_nothing(
+    ctx, machine, api, driver, ctr, reboots, choice
+):
+    """Not a 30-minute hang per call, no reinstall, no switch to another branch, no reboot."""
+    state = joined_gpu_node(ctx, api, driver)
+    driver.hung, packages, before = {1}, dict(machine.dpkg), len(driver.hung_calls)
+
+    out = ctx.run(ctx.on.config_changed(), with_config(state, **{"nvidia-driver": choice}))
+
+    assert out.unit_status == testing.BlockedStatus(DRIVER_HUNG)
+    assert dict(machine.dpkg) == packages and reboots == []
+    assert [t for _, t in _bounded(driver, before)] == [30.0]  # asked once per hook
+    driver.hung = set()
+    out = ctx.run(ctx.on.update_status(), out)
+    assert out.unit_status.name in ("active", "blocked")  # the driver answers again
+    assert "hung" not in out.unit_status.message
+
+
 def test_a_process_stuck_on_another_gpu_neither_fails_nor_escalates_a_refused_reset(
     ctx, machine, api, driver, ctr, wall, clock
 ):

@@ -166,6 +166,24 @@ def test_smi_that_does_not_know_compute_cap_is_asked_again_without_it(machine, d
     assert queries == [gpu.SMI_QUERY_ARGS[0], gpu.SMI_QUERY_ARGS_WITHOUT_COMPUTE_CAP[0]]
 
 
+def test_every_read_of_a_hung_driver_ends_within_30_s_and_says_so(machine, driver):
+    """hung44: nvidia-smi in state D never answers; each read is bounded and no exception."""
+    driver.preinstall("580")
+    driver.hung = {1}
+    host = machine.host()
+
+    report = nvidia.read_smi(host)
+
+    assert report.state is gpu.SmiState.HUNG and not report.ok
+    assert report.detail == "nvidia-smi did not answer within 30 s"
+    assert nvidia.read_mig_profiles(host) == {} and nvidia.read_mig_devices(host) == {}
+    assert nvidia.read_gpu_uuids(host) is None and nvidia.read_fabric(host) is None
+    with pytest.raises(ValueError, match=r"^nvidia-smi failed \(hung\): nvidia-smi did not"):
+        nvidia.read_gpu_info(host)
+    assert [t for _, t in driver.hung_calls] == [30.0] * 6  # --version never asked
+    assert [c.timeout for c in machine.runner.calls if c.argv[0] == "/bin/sh"] == [30.0] * 6
+
+
 # ------------------------------------------------------------------ container toolkit
 
 
