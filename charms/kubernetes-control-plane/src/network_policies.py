@@ -36,7 +36,9 @@ not on every hook.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from literals import API_PORT, FIELD_MANAGER, MANAGED_BY_LABEL
 
@@ -67,6 +69,85 @@ PRIVATE_V6 = ("fc00::/7", "fe80::/10")
 # those endpoints before the leader's next hook could name it, and no other machine of the
 # model listens on the port (the nodes' HAProxy is on 127.0.0.1:6444, api_proxy.py).
 API_NETWORKS = tuple(c for c in PRIVATE_V4 if c != "169.254.0.0/16")
+# `team-egress`: what the operator opens to every team's pods beyond the allow-list, a
+# private service in the VPC (an S3-compatible store such as MinIO or Ceph RGW, an S3
+# interface endpoint, an air-gapped site's mirror or proxy). Each entry is an IPv4 network
+# (a team's pods have IPv4 addresses only: calico.py makes no IPv6 pool) with an optional
+# TCP port or range (networking/v1 NetworkPolicyPort `endPort`); without a port, every
+# port of every protocol.
+EGRESS_FORM = "<ipv4-network>[:<port>[-<port>]]"
+_EGRESS_ENTRY = re.compile(r"^([0-9./]+)(?::([0-9]{1,5})(?:-([0-9]{1,5}))?)?$")
+# An operator's list stays short; each entry is one rule in every team's policy.
+MAX_EGRESS = 32
+# What no entry may overlap: the blocks the fence is for, or that no service lives in.
+# 169.254.0.0/16 is where EC2 serves the instance metadata (169.254.169.254: the node's
+# IAM role credentials), its DNS resolver (169.254.169.253) and time service
+# (169.254.169.123) (EC2 user guide, "Access instance metadata for an EC2 instance";
+# RFC 3927 link-local); a wider entry (0.0.0.0/0, 169.0.0.0/8) would open them too. The
+# rest are RFC 6890's "this network", loopback (the pod's own), multicast and reserved
+# blocks. The pod CIDR is refused as well (Config: it holds the nodes' Calico tunnel
+# addresses, which ipBlock matches). The nodes' own addresses cannot be known here (a
+# worker joins later, on any subnet): an entry that spans them opens their listeners on
+# its ports, which the docs leave to the operator (name the service's address, /32).
+REFUSED_EGRESS = (
+    ("169.254.0.0/16", "link-local: EC2's instance metadata, DNS and time service"),
+    ("0.0.0.0/8", "this network"),
+    ("127.0.0.0/8", "loopback"),
+    ("224.0.0.0/3", "multicast and reserved"),
+)
+
+
+@dataclass(frozen=True)
+class Egress:
+    """One `team-egress` entry: a network and a TCP port range (None: every port)."""
+
+    cidr: str
+    port: int | None = None
+    end_port: int | None = None
+
+    def rule(self) -> dict:
+        """The egress rule that opens it (networking/v1 NetworkPolicyEgressRule)."""
+        if self.port is None:
+            ports = [dict(p) for p in ANY_PORT]
+        else:
+            ports = [{"protocol": "TCP", "port": self.port}]
+            if self.end_port is not None:
+                ports[0]["endPort"] = self.end_port
+        return {"to": [{"ipBlock": {"cidr": self.cidr}}], "ports": ports}
+
+
+def parse_egress(text: str, pod_cidr: str = "") -> tuple[Egress, ...]:
+    """`team-egress` as entries, or ValueError naming the first bad entry and why.
+
+    Entries are separated by spaces or commas (EGRESS_FORM); REFUSED_EGRESS and the pod
+    CIDR `pod_cidr` may not overlap any.
+    """
+    entries = [e for e in re.split(r"[\s,]+", text.strip()) if e]
+    if len(entries) > MAX_EGRESS:
+        raise ValueError(f"{len(entries)} entries: at most {MAX_EGRESS}")
+    parsed = [_egress(entry, pod_cidr) for entry in entries]
+    return tuple(dict.fromkeys(parsed))
+
+
+def _egress(entry: str, pod_cidr: str) -> Egress:
+    match = _EGRESS_ENTRY.match(entry)
+    try:
+        if not match:
+            raise ValueError
+        network = ipaddress.IPv4Network(match[1], strict=True)
+    except ValueError:
+        raise ValueError(f"{entry!r} is not {EGRESS_FORM}, e.g. 10.0.5.20/32:9000") from None
+    refused = [*REFUSED_EGRESS, *([(pod_cidr, "the pod network")] if pod_cidr else [])]
+    for block, why in refused:
+        if network.overlaps(ipaddress.ip_network(block, strict=False)):
+            raise ValueError(f"{entry!r} overlaps {block} ({why}), which teams may not reach")
+    port = int(match[2]) if match[2] else None
+    end = int(match[3]) if match[3] else None
+    if port is not None and not 1 <= port <= 65535 or end is not None and not port < end <= 65535:
+        raise ValueError(f"{entry!r}: ports are 1-65535, a range low-high")
+    return Egress(str(network), port, end)
+
+
 # flannel enforces no NetworkPolicy ("Flannel is focused on networking. For network policy,
 # other projects such as Calico can be used", flannel-io/flannel README): while it is the
 # cluster's CNI the policies are stored and do nothing, and the status says so.
@@ -88,10 +169,12 @@ def default_deny_ingress(namespace: str) -> dict:
     }
 
 
-def deny_instance_metadata(namespace: str, pod_cidr: str = "") -> dict:
+def deny_instance_metadata(
+    namespace: str, pod_cidr: str = "", extra: Sequence[Egress] = ()
+) -> dict:
     """The egress allow-list of `namespace`'s pods: pods, the internet, the API servers.
 
-    Three rules, whose union is what a pod may open (network-policies page, "The
+    Three rules and one per `extra` entry (`team-egress`, parse_egress), whose union is what a pod may open (network-policies page, "The
     NetworkPolicy resource": policies and rules are additive):
     - every pod on the pod network, in any namespace, on any port (a `namespaceSelector`
       that selects all namespaces; whether the peer lets it in is its ingress's matter):
@@ -143,6 +226,7 @@ def deny_instance_metadata(namespace: str, pod_cidr: str = "") -> dict:
                     "to": [{"ipBlock": {"cidr": c}} for c in API_NETWORKS],
                     "ports": [{"protocol": "TCP", "port": API_PORT}],
                 },
+                *(e.rule() for e in extra),
             ],
         },
     }
@@ -169,13 +253,16 @@ def enforced(cni: str) -> bool:
     return cni.startswith("calico ")
 
 
-def manifests(namespaces: Iterable[str], pod_cidr: str = "") -> list[dict]:
+def manifests(
+    namespaces: Iterable[str], pod_cidr: str = "", extra: Sequence[Egress] = ()
+) -> list[dict]:
     """The policies of every consumer namespace, in name order.
 
-    `pod_cidr`: the cluster's pod network as the CNI was applied with ("" before).
+    `pod_cidr`: the cluster's pod network as the CNI was applied with ("" before);
+    `extra`: the operator's `team-egress` entries.
     """
     return [
         item
         for ns in sorted(set(namespaces))
-        for item in (default_deny_ingress(ns), deny_instance_metadata(ns, pod_cidr))
+        for item in (default_deny_ingress(ns), deny_instance_metadata(ns, pod_cidr, extra))
     ]
