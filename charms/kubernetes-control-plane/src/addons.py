@@ -324,11 +324,11 @@ class Addons:
 
         Run after the grants (access.serve_kube_api), in the same hook, so a namespace is
         isolated in the hook that made it; built again only when the namespaces granted,
-        the pod CIDR, `team-egress` or the charm change (`_built`), and applied when that changes what was applied (a
-        namespace whose consumer left keeps its policy, as it keeps its data). Neither
-        way reads the cluster: a policy deleted by hand comes back with the next charm
-        whose policies differ. Returns a note for the status while consumers share a CNI
-        that enforces none of it.
+        the pod CIDR, `team-egress` or the charm change (`_built`), and applied when that
+        changes what was applied (a namespace whose consumer left keeps its policy, as it
+        keeps its data). Neither way reads the cluster: a policy deleted by hand comes
+        back with the next charm whose policies differ. Returns a note for the status
+        while consumers share a CNI that enforces none of it.
         """
         namespaces = self._granted_namespaces(bag)
         pod_cidr = applied_pod_cidr(bag)

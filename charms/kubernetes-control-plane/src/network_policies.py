@@ -174,8 +174,9 @@ def deny_instance_metadata(
 ) -> dict:
     """The egress allow-list of `namespace`'s pods: pods, the internet, the API servers.
 
-    Three rules and one per `extra` entry (`team-egress`, parse_egress), whose union is what a pod may open (network-policies page, "The
-    NetworkPolicy resource": policies and rules are additive):
+    Three rules, and one per `extra` entry (`team-egress`, parse_egress), whose union is
+    what a pod may open (network-policies page, "The NetworkPolicy resource": policies
+    and rules are additive):
     - every pod on the pod network, in any namespace, on any port (a `namespaceSelector`
       that selects all namespaces; whether the peer lets it in is its ingress's matter):
       kube-dns, a job's other pods, serving. Calico matches selectors against workload
@@ -183,7 +184,8 @@ def deny_instance_metadata(
       pods"), so no node is among them;
     - every address outside the private space (PRIVATE_V4, PRIVATE_V6) and the pod CIDR,
       on any port: S3, https, a dataset's source;
-    - the private space on the API servers' port (API_NETWORKS, TCP API_PORT) only.
+    - the private space on the API servers' port (API_NETWORKS, TCP API_PORT) only;
+    - each network the operator named, on its ports (Egress.rule).
     Every node's own listeners are thereby out of reach on every other port, however a
     collector's ports are configured: the COS collector (canonical/opentelemetry-collector-
     operator src/config_builder.py `Port`, 9f17dec on track/2: OTLP 4317/4318, its
