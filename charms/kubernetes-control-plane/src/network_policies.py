@@ -181,7 +181,16 @@ def deny_instance_metadata(
       that selects all namespaces; whether the peer lets it in is its ingress's matter):
       kube-dns, a job's other pods, serving. Calico matches selectors against workload
       endpoints only, and a hostNetwork pod is none ("NetworkPolicy and hostNetwork
-      pods"), so no node is among them;
+      pods"), so no node is among them. It matches namespaced NetworkSets too: Calico
+      turns this peer into the selector `projectcalico.org/orchestrator == 'k8s'` in
+      namespaces `all()` (projectcalico/calico v3.32.1, libcalico-go/lib/backend/k8s/
+      conversion/conversion.go k8sSelectorToCalico), and Felix indexes NetworkSets'
+      labels for rule selectors (felix/labelindex/named_port_index.go), so a NetworkSet
+      labelled so would open its `nets` to every team. None can exist in a team's
+      namespace (kube-api refuses Calico's groups, team_quota holds 0 networksets,
+      tenant_sweep deletes old ones), and outside them only the cluster admin writes one:
+      calico.yaml's ClusterRoles give calico-node and calico-kube-controllers get/list/
+      watch on networksets and calico-cni-plugin nothing of them;
     - every address outside the private space (PRIVATE_V4, PRIVATE_V6) and the pod CIDR,
       on any port: S3, https, a dataset's source;
     - the private space on the API servers' port (API_NETWORKS, TCP API_PORT) only;
