@@ -11,9 +11,10 @@ deny all ingress traffic": an empty podSelector with policyTypes [Ingress] and n
 isolates every pod of the namespace for ingress; policies are additive, so a team's own
 allow policies open exactly what they name. Egress is an allow-list
 (`deny_instance_metadata`): other pods, the internet, and of the private address space
-only the API servers' port; a node's own listeners (the COS collector, node-exporter,
-the DCGM exporter, sshd, kubelet), EC2's instance metadata service and every other
-private address stay out of reach. No pod needs a node's port but the API server's:
+only the API servers' port on their own addresses (and what `team-egress` names); a
+node's own listeners (the COS collector, node-exporter, the DCGM exporter, sshd,
+kubelet), EC2's instance metadata service and every other private address stay out of
+reach. No pod needs a node's port but the API server's:
 DNS is CoreDNS's pods, and the scrapers are hosts (each machine's COS collector reads
 its own node on localhost; the tensorflow unit's machine reads its jobs' pods and
 nodes), whose traffic no policy selects. Only the control plane writes a consumer's egress
@@ -65,10 +66,10 @@ PRIVATE_V6 = ("fc00::/7", "fe80::/10")
 # Where the API servers listen: every control-plane node's address, kubeadm's
 # advertiseAddress, on API_PORT; pods reach them through the `kubernetes` Service, whose
 # endpoints are those addresses (a policy sees the address after kube-proxy's DNAT). The
-# private space rather than the control plane's addresses: a joining API server enters
-# those endpoints before the leader's next hook could name it, and no other machine of the
-# model listens on the port (the nodes' HAProxy is on 127.0.0.1:6444, api_proxy.py).
-API_NETWORKS = tuple(c for c in PRIVATE_V4 if c != "169.254.0.0/16")
+# leader names each joined unit's (peers.api_servers, what each publishes once joined):
+# a joining API server enters the Service's endpoints as it starts (kube-apiserver's lease
+# endpoint reconciler), so until the leader's next hook (the joiner's peer-relation-changed)
+# a team pod's connection sent to it is dropped; kube-proxy sends the others to the rest.
 # `team-egress`: what the operator opens to every team's pods beyond the allow-list, a
 # private service in the VPC (an S3-compatible store such as MinIO or Ceph RGW, an S3
 # interface endpoint, an air-gapped site's mirror or proxy). Each entry is an IPv4 network
@@ -169,8 +170,26 @@ def default_deny_ingress(namespace: str) -> dict:
     }
 
 
+def api_blocks(api_servers: Iterable[str]) -> list[str]:
+    """The one-address networks of the API servers `host:port` ("[v6]:port" too), sorted.
+
+    A host that is no IP address (Juju's ingress addresses are) is left out, never widened.
+    """
+    blocks = set()
+    for server in api_servers:
+        host = server.rsplit(":", 1)[0].strip("[]")
+        try:
+            blocks.add(str(ipaddress.ip_network(host)))
+        except ValueError:
+            continue
+    return sorted(blocks)
+
+
 def deny_instance_metadata(
-    namespace: str, pod_cidr: str = "", extra: Sequence[Egress] = ()
+    namespace: str,
+    pod_cidr: str = "",
+    extra: Sequence[Egress] = (),
+    api_servers: Sequence[str] = (),
 ) -> dict:
     """The egress allow-list of `namespace`'s pods: pods, the internet, the API servers.
 
@@ -193,7 +212,8 @@ def deny_instance_metadata(
       watch on networksets and calico-cni-plugin nothing of them;
     - every address outside the private space (PRIVATE_V4, PRIVATE_V6) and the pod CIDR,
       on any port: S3, https, a dataset's source;
-    - the private space on the API servers' port (API_NETWORKS, TCP API_PORT) only;
+    - the API servers' own addresses (api_blocks of `api_servers`) on TCP API_PORT only,
+      no rule while none is known (a rule without `to` would match every address);
     - each network the operator named, on its ports (Egress.rule).
     Every node's own listeners are thereby out of reach on every other port, however a
     collector's ports are configured: the COS collector (canonical/opentelemetry-collector-
@@ -233,14 +253,17 @@ def deny_instance_metadata(
                     ],
                     "ports": [dict(p) for p in ANY_PORT],
                 },
-                {
-                    "to": [{"ipBlock": {"cidr": c}} for c in API_NETWORKS],
-                    "ports": [{"protocol": "TCP", "port": API_PORT}],
-                },
+                *_api_rules(api_servers),
                 *(e.rule() for e in extra),
             ],
         },
     }
+
+
+def _api_rules(api_servers: Sequence[str]) -> list[dict]:
+    """The rule that opens the API servers' port on their addresses; none while none known."""
+    api = [{"ipBlock": {"cidr": c}} for c in api_blocks(api_servers)]
+    return [{"to": api, "ports": [{"protocol": "TCP", "port": API_PORT}]}] if api else []
 
 
 def _private(cidr: str) -> bool:
@@ -265,15 +288,22 @@ def enforced(cni: str) -> bool:
 
 
 def manifests(
-    namespaces: Iterable[str], pod_cidr: str = "", extra: Sequence[Egress] = ()
+    namespaces: Iterable[str],
+    pod_cidr: str = "",
+    extra: Sequence[Egress] = (),
+    api_servers: Sequence[str] = (),
 ) -> list[dict]:
     """The policies of every consumer namespace, in name order.
 
     `pod_cidr`: the cluster's pod network as the CNI was applied with ("" before);
-    `extra`: the operator's `team-egress` entries.
+    `extra`: the operator's `team-egress` entries; `api_servers`: the control plane's
+    API servers (host:port).
     """
     return [
         item
         for ns in sorted(set(namespaces))
-        for item in (default_deny_ingress(ns), deny_instance_metadata(ns, pod_cidr, extra))
+        for item in (
+            default_deny_ingress(ns),
+            deny_instance_metadata(ns, pod_cidr, extra, api_servers),
+        )
     ]

@@ -13,7 +13,7 @@ import network_policies
 import pytest
 from ops import testing
 
-from fakes.control_plane import deployed_charm, granted, kube_api_relation, peer, peers
+from fakes.control_plane import deployed_charm, granted, kube_api_relation, member, peer, peers
 from fakes.netpol import Cluster, External, Node, Pod
 
 NETPOL = "/apis/networking.k8s.io/v1"
@@ -24,6 +24,7 @@ LOCALQUEUES = [
 # DCGM exporter and kube-state-metrics on hostNetwork (dcgm_exporter.py, kube_state_metrics.py;
 # the GPU components' namespace is gpu-k8s-gpu on the branch moving them out of kube-system).
 NODES = (Node("cp-0", "10.0.0.10"), Node("gpu-0", "10.0.0.20"), Node("gpu-1", "10.0.0.21"))
+CP0 = testing.Network("peers", ingress_addresses=["10.0.0.10"])
 # EC2's instance metadata service (IPv4 and, on Nitro instances, IPv6: EC2 user guide,
 # "Access instance metadata for an EC2 instance")
 IMDS = (External("169.254.169.254"), External("fd00:ec2::254"))
@@ -55,6 +56,13 @@ NODE_PORTS = {
     "sshd": 22,
     "otlp_grpc moved": 4320,
 }
+
+
+@pytest.fixture
+def bootstrapped(ctx, machine) -> testing.State:
+    """The leader bootstrapped at cp-0's address (NODES), which its API server advertises."""
+    state = testing.State(leader=True, relations=[peers()], networks={CP0})
+    return ctx.run(ctx.on.install(), state)
 
 
 def policies(api):
@@ -281,9 +289,9 @@ def _reworded(monkeypatch) -> list[list[str]]:
     """Another charm's policies (one more label on each) from now on; each build's namespaces."""
     real, built = network_policies.manifests, []
 
-    def manifests(namespaces, pod_cidr="", extra=()):
-        built.append(list(namespaces))
-        objects = real(namespaces, pod_cidr, extra)
+    def manifests(*args):
+        built.append(list(args[0]))
+        objects = real(*args)
         for o in objects:
             o["metadata"].setdefault("labels", {})["reworded"] = "true"
         return objects
@@ -404,3 +412,44 @@ def test_team_egress_refuses_what_the_fence_is_for(ctx, bootstrapped, api, value
     assert policies(api) == before
     for imds in IMDS:
         assert not cluster(api, team_pods()).allowed(team_pods()[0], imds, 80)
+
+
+def test_the_api_port_is_open_on_the_api_servers_only(ctx, bootstrapped, api):
+    """6443 on the control-plane nodes' addresses, not the private space (rereview44a F8).
+
+    Another private host's 6443 (another cluster's API server, a worker) is refused; a
+    control-plane unit that joins is named in the hook its address reaches the leader in,
+    and a steady hook after sends no policy.
+    """
+    a = kube_api_relation("tensorflow", "team-a", LOCALQUEUES)
+    state = granted(ctx, bootstrapped, a)
+    c = cluster(api, team_pods())
+    a0 = c.pod("team-a", "a-worker-0")
+    assert c.allowed(a0, External("10.0.0.10"), 6443)  # cp-0, the leader
+    for other in ("10.0.0.20", "10.0.0.6", "172.31.5.9", "192.168.1.1", "100.64.0.5"):
+        assert not c.allowed(a0, External(other), 6443), other
+
+    joined = dataclasses.replace(peer(state), peers_data={1: member(api, 1)})  # 10.0.0.6
+    others = [r for r in state.relations if r.endpoint != "peers"]
+    state = dataclasses.replace(state, relations=[*others, joined])
+    state = ctx.run(ctx.on.relation_changed(peer(state), remote_unit=1), state)
+    c = cluster(api, team_pods())
+    for server in ("10.0.0.10", "10.0.0.6"):
+        assert c.allowed(c.pod("team-a", "a-worker-0"), External(server), 6443), server
+    assert not c.allowed(c.pod("team-a", "a-worker-0"), External("10.0.0.20"), 6443)
+    api.requests.clear()
+    ctx.run(ctx.on.update_status(), state)
+    assert not [r for r in api.requests if "networkpolicies" in r[1]]
+
+
+def test_no_api_server_known_opens_no_rule_for_every_address():
+    """A rule without `to` matches every address: none is written while none is known."""
+    for servers in ([], ["cp-0.example:6443"]):
+        egress = network_policies.deny_instance_metadata("team-a", "", (), servers)
+        rules = egress["spec"]["egress"]
+        assert all(rule.get("to") for rule in rules), servers
+        assert not any({"protocol": "TCP", "port": 6443} in rule["ports"] for rule in rules)
+    assert network_policies.api_blocks(["10.0.0.5:6443", "[fd00::5]:6443", "10.0.0.5:6443"]) == [
+        "10.0.0.5/32",
+        "fd00::5/128",
+    ]
