@@ -359,26 +359,31 @@ class Addons:
         if self._apply_once(NODE_METRICS_KEY, objects, want, bag):
             logger.info("nodes may read their metrics (%s)", rbac.NODE_METRICS)
 
-    def apply_team_network_policies(self, bag: Bag) -> list[str]:
-        """Default-deny ingress in every namespace granted to a kube-api consumer.
+    def apply_team_network_policies(
+        self, config: Config, bag: Bag, api_servers: list[str]
+    ) -> list[str]:
+        """Default-deny ingress and the egress allow-list in every consumer's namespace.
 
         Run after the grants (access.serve_kube_api), in the same hook, so a namespace is
-        isolated in the hook that made it; built again only when the namespaces granted
-        or the charm change (`_built`), and applied when that changes what was applied (a
-        namespace whose consumer left keeps its policy, as it keeps its data). Neither
-        way reads the cluster: a policy deleted by hand comes back with the next charm
-        whose policies differ. Returns a note for the status while consumers share a CNI
-        that enforces none of it.
+        isolated in the hook that made it; built again only when the namespaces granted,
+        the pod CIDR, `team-egress`, the API servers (`api_servers`, host:port, from the
+        peer data) or the charm change (`_built`), and applied when that
+        changes what was applied (a namespace whose consumer left keeps its policy, as it
+        keeps its data). Neither way reads the cluster: a policy deleted by hand comes
+        back with the next charm whose policies differ. Returns a note for the status
+        while consumers share a CNI that enforces none of it.
         """
         namespaces = self._granted_namespaces(bag)
         pod_cidr = applied_pod_cidr(bag)
-        inputs = kube_objects.fingerprint([namespaces, pod_cidr])
+        extra = config.egress
+        api = network_policies.api_blocks(api_servers)
+        inputs = kube_objects.fingerprint([namespaces, pod_cidr, [e.rule() for e in extra], api])
         if not self._built(TEAM_NETWORK_KEY, bag, inputs):
             isolated = self._apply_per_namespace(
                 bag,
                 TEAM_NETWORK_KEY,
                 namespaces,
-                lambda ns: network_policies.manifests([ns], pod_cidr),
+                lambda ns: network_policies.manifests([ns], pod_cidr, extra, api),
             )
             if isolated:
                 logger.info("namespaces isolated for ingress: %s", ", ".join(isolated))

@@ -463,7 +463,9 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         notes += hook.access.serve_kube_api(peers, config.storage_provisioners, rotate=rotate)
         admitted = addons.apply_provisioner_claims_policy(bag, config.storage_provisioners)
         hook.access.admit_storage(admitted)  # once the policy names them
-        notes += addons.apply_team_network_policies(bag)
+        notes += addons.apply_team_network_policies(
+            config, bag, peers.api_servers(hook.ctx.api_server)
+        )
         notes += addons.sweep_consumer_namespaces(bag)  # once per revision; before the quotas
         addons.apply_team_quotas(config, bag)
         self._blocked_lines = [*hook.access.blocked, *cert_blocked, *hook.fleet.refused(peers)]

@@ -15,6 +15,7 @@ import re
 import device_plugin
 import etcd_s3
 import kueue
+import network_policies
 import ops
 import pydantic
 import team_quota
@@ -78,6 +79,7 @@ class Config(CharmConfig):
     pods_ready_timeout: int = 10
     team_quotas: str = ""
     team_object_counts: str = ""
+    team_egress: str = ""
     certificate_renewal_days: int = 30
     etcd_backups_kept: int = 7
     etcd_backup_hours: int = 24
@@ -192,6 +194,19 @@ class Config(CharmConfig):
     def _team_object_counts(cls, value: str) -> str:
         team_quota.parse_counts(value)  # raises with the entry and the form
         return value
+
+    @pydantic.field_validator("team_egress")
+    @classmethod
+    def _team_egress(cls, value: str, info: pydantic.ValidationInfo) -> str:
+        # raises with the entry and why; pod_cidr is validated first (field order), and
+        # absent from info.data when it failed
+        network_policies.parse_egress(value, info.data.get("pod_cidr", ""))
+        return value
+
+    @property
+    def egress(self) -> tuple[network_policies.Egress, ...]:
+        """`team-egress`: what every team's pods may reach beyond the allow-list."""
+        return network_policies.parse_egress(self.team_egress, self.pod_cidr)
 
     @property
     def object_counts(self) -> dict[str, int]:

@@ -7,10 +7,13 @@ NetworkPolicy semantics of the Kubernetes docs: these tests check who may reach 
 
 from __future__ import annotations
 
+import dataclasses
+
 import network_policies
+import pytest
 from ops import testing
 
-from fakes.control_plane import deployed_charm, granted, kube_api_relation, peer, peers
+from fakes.control_plane import deployed_charm, granted, kube_api_relation, member, peer, peers
 from fakes.netpol import Cluster, External, Node, Pod
 
 NETPOL = "/apis/networking.k8s.io/v1"
@@ -21,6 +24,7 @@ LOCALQUEUES = [
 # DCGM exporter and kube-state-metrics on hostNetwork (dcgm_exporter.py, kube_state_metrics.py;
 # the GPU components' namespace is gpu-k8s-gpu on the branch moving them out of kube-system).
 NODES = (Node("cp-0", "10.0.0.10"), Node("gpu-0", "10.0.0.20"), Node("gpu-1", "10.0.0.21"))
+CP0 = testing.Network("peers", ingress_addresses=["10.0.0.10"])
 # EC2's instance metadata service (IPv4 and, on Nitro instances, IPv6: EC2 user guide,
 # "Access instance metadata for an EC2 instance")
 IMDS = (External("169.254.169.254"), External("fd00:ec2::254"))
@@ -52,6 +56,13 @@ NODE_PORTS = {
     "sshd": 22,
     "otlp_grpc moved": 4320,
 }
+
+
+@pytest.fixture
+def bootstrapped(ctx, machine) -> testing.State:
+    """The leader bootstrapped at cp-0's address (NODES), which its API server advertises."""
+    state = testing.State(leader=True, relations=[peers()], networks={CP0})
+    return ctx.run(ctx.on.install(), state)
 
 
 def policies(api):
@@ -278,9 +289,9 @@ def _reworded(monkeypatch) -> list[list[str]]:
     """Another charm's policies (one more label on each) from now on; each build's namespaces."""
     real, built = network_policies.manifests, []
 
-    def manifests(namespaces, pod_cidr=""):
-        built.append(list(namespaces))
-        objects = real(namespaces, pod_cidr)
+    def manifests(*args):
+        built.append(list(args[0]))
+        objects = real(*args)
         for o in objects:
             o["metadata"].setdefault("labels", {})["reworded"] = "true"
         return objects
@@ -325,3 +336,121 @@ def test_on_calico_the_status_says_nothing_of_isolation(ctx, bootstrapped):
     """Calico, a new cluster's CNI, enforces the policies: no line about it."""
     state = granted(ctx, bootstrapped, kube_api_relation("tensorflow", "team-a", LOCALQUEUES))
     assert state.unit_status == testing.ActiveStatus("Ready: v1.36, 1 control-plane, 0 workers")
+
+
+def test_team_egress_opens_the_services_it_names_on_their_ports_only(ctx, bootstrapped, api):
+    """An in-VPC store a tensorflow `endpoint` names, on its port (rereview44a F3).
+
+    Before the option, MinIO at 172.31.5.9:9000 is out of reach like any private address;
+    with it, that address and port only: another port, UDP, its neighbour, the nodes'
+    listeners and the metadata service stay closed; a network without a port is open on
+    every port and protocol, a range on each port of it.
+    """
+    a = kube_api_relation("tensorflow", "team-a", LOCALQUEUES)
+    state = granted(ctx, bootstrapped, a)
+    minio = External("172.31.5.9")
+    assert not cluster(api, team_pods()).allowed(team_pods()[0], minio, 9000)
+
+    config = {"team-egress": "172.31.5.9/32:9000, 10.20.8.0/28 192.168.7.7/32:8000-8100"}
+    state = ctx.run(ctx.on.config_changed(), dataclasses.replace(state, config=config))
+    assert state.unit_status.name == "active", state.unit_status
+    c = cluster(api, team_pods())
+    for pod in (c.pod("team-a", "a-worker-0"), c.pod("team-a", "a-tensorboard")):
+        assert c.allowed(pod, minio, 9000)
+        assert not c.allowed(pod, minio, 9001)
+        assert not c.allowed(pod, minio, 9000, "UDP")
+        assert not c.allowed(pod, External("172.31.5.10"), 9000)
+        for port, protocol in ((443, "TCP"), (5432, "TCP"), (53, "UDP")):
+            assert c.allowed(pod, External("10.20.8.3"), port, protocol), port
+        assert not c.allowed(pod, External("10.20.8.16"), 443)
+        assert c.allowed(pod, External("192.168.7.7"), 8000)
+        assert c.allowed(pod, External("192.168.7.7"), 8100)
+        assert not c.allowed(pod, External("192.168.7.7"), 8101)
+        for node in NODES:
+            assert not c.allowed(pod, External(node.ip), 9000)
+            assert not c.allowed(pod, External(node.ip), 9100)
+        for imds in IMDS:
+            assert not c.allowed(pod, imds, 80)
+
+    api.requests.clear()  # the same option again builds nothing
+    ctx.run(ctx.on.update_status(), state)
+    assert not [r for r in api.requests if "networkpolicies" in r[1]]
+
+
+# team-egress values the control plane refuses, and what its Blocked line says of each
+REFUSED_EGRESS = [
+    ("169.254.169.254/32:80", "overlaps 169.254.0.0/16 (link-local"),
+    ("10.0.5.20/32:9000 169.254.0.0/16", "'169.254.0.0/16' overlaps 169.254.0.0/16"),
+    ("0.0.0.0/0", "'0.0.0.0/0' overlaps 169.254.0.0/16"),
+    ("169.0.0.0/8:443", "overlaps 169.254.0.0/16"),
+    ("10.0.0.0/8:9000", "'10.0.0.0/8:9000' overlaps 10.244.0.0/16 (the pod network)"),
+    ("127.0.0.1/32", "overlaps 127.0.0.0/8 (loopback)"),
+    ("10.0.5.20/24:9000", "'10.0.5.20/24:9000' is not <ipv4-network>"),
+    ("fd00::/8:443", "is not <ipv4-network>"),
+    ("10.0.5.20/32:http", "is not <ipv4-network>"),
+    ("10.0.5.20/32:0", "ports are 1-65535"),
+    ("10.0.5.20/32:70000", "ports are 1-65535"),
+    ("10.0.5.20/32:9000-8000", "ports are 1-65535, a range low-high"),
+    (" ".join(f"10.0.5.{i}/32" for i in range(33)), "33 entries: at most 32"),
+]
+
+
+def test_team_egress_refuses_what_the_fence_is_for(ctx, bootstrapped, api):
+    """The metadata service (the node's IAM credentials) and the pod network stay closed.
+
+    The charm is Blocked naming the entry, and the policies applied stay as they were.
+    """
+    a = kube_api_relation("tensorflow", "team-a", LOCALQUEUES)
+    state = granted(ctx, bootstrapped, a)
+    before = policies(api)
+    for value, why in REFUSED_EGRESS:
+        out = ctx.run(
+            ctx.on.config_changed(), dataclasses.replace(state, config={"team-egress": value})
+        )
+        message = out.unit_status.message
+        assert out.unit_status.name == "blocked", value
+        assert message.startswith("Invalid config: team-egress: ") and why in message, message
+        assert policies(api) == before
+    for imds in IMDS:
+        assert not cluster(api, team_pods()).allowed(team_pods()[0], imds, 80)
+
+
+def test_the_api_port_is_open_on_the_api_servers_only(ctx, bootstrapped, api):
+    """6443 on the control-plane nodes' addresses, not the private space (rereview44a F8).
+
+    Another private host's 6443 (another cluster's API server, a worker) is refused; a
+    control-plane unit that joins is named in the hook its address reaches the leader in,
+    and a steady hook after sends no policy.
+    """
+    a = kube_api_relation("tensorflow", "team-a", LOCALQUEUES)
+    state = granted(ctx, bootstrapped, a)
+    c = cluster(api, team_pods())
+    a0 = c.pod("team-a", "a-worker-0")
+    assert c.allowed(a0, External("10.0.0.10"), 6443)  # cp-0, the leader
+    for other in ("10.0.0.20", "10.0.0.6", "172.31.5.9", "192.168.1.1", "100.64.0.5"):
+        assert not c.allowed(a0, External(other), 6443), other
+
+    joined = dataclasses.replace(peer(state), peers_data={1: member(api, 1)})  # 10.0.0.6
+    others = [r for r in state.relations if r.endpoint != "peers"]
+    state = dataclasses.replace(state, relations=[*others, joined])
+    state = ctx.run(ctx.on.relation_changed(peer(state), remote_unit=1), state)
+    c = cluster(api, team_pods())
+    for server in ("10.0.0.10", "10.0.0.6"):
+        assert c.allowed(c.pod("team-a", "a-worker-0"), External(server), 6443), server
+    assert not c.allowed(c.pod("team-a", "a-worker-0"), External("10.0.0.20"), 6443)
+    api.requests.clear()
+    ctx.run(ctx.on.update_status(), state)
+    assert not [r for r in api.requests if "networkpolicies" in r[1]]
+
+
+def test_no_api_server_known_opens_no_rule_for_every_address():
+    """A rule without `to` matches every address: none is written while none is known."""
+    for servers in ([], ["cp-0.example:6443"]):
+        egress = network_policies.deny_instance_metadata("team-a", "", (), servers)
+        rules = egress["spec"]["egress"]
+        assert all(rule.get("to") for rule in rules), servers
+        assert not any({"protocol": "TCP", "port": 6443} in rule["ports"] for rule in rules)
+    assert network_policies.api_blocks(["10.0.0.5:6443", "[fd00::5]:6443", "10.0.0.5:6443"]) == [
+        "10.0.0.5/32",
+        "fd00::5/128",
+    ]
