@@ -464,7 +464,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         admitted = addons.apply_provisioner_claims_policy(bag, config.storage_provisioners)
         hook.access.admit_storage(admitted)  # once the policy names them
         notes += addons.apply_team_network_policies(bag)
-        notes += addons.sweep_consumer_namespaces(bag)  # once per revision; before the quotas
+        notes += addons.sweep_consumer_namespaces(bag, retry=resize)  # before the quotas
         addons.apply_team_quotas(config, bag)
         self._blocked_lines = [*hook.access.blocked, *cert_blocked, *hook.fleet.refused(peers)]
         hook.access.reach(config, peers, leader=True)
