@@ -90,6 +90,7 @@ def seed_leftovers(api) -> None:
         healthCheckNodePort=30082,
         loadBalancerSourceRanges=["0.0.0.0/0"],
         loadBalancerClass="example.com/lb",
+        meta={"annotations": {tenant_sweep.SOURCE_RANGES_ANNOTATION: "0.0.0.0/0"}},
     )
     api.put_object(f"{NS}/team-a/services/lb", lb)
     ext = _service("ext", externalIPs=["203.0.113.9"], externalTrafficPolicy="Cluster")
@@ -181,6 +182,8 @@ def test_the_upgrade_hook_sweeps_what_the_refusals_now_stop(ctx, upgraded, api):
             "loadBalancerClass",
         ):
             assert field not in spec, (name, field)
+    annotations = api.get_object(f"{NS}/team-a/services/lb")["metadata"].get("annotations")
+    assert tenant_sweep.SOURCE_RANGES_ANNOTATION not in (annotations or {})
     assert api.get_object("/apis/apps/v1/namespaces/team-a/daemonsets/miner") is None
     left = {p["metadata"]["name"] for p in api.objects(f"{NS}/team-a/pods/")}
     assert left == {"training", "ended"}
@@ -399,4 +402,20 @@ def test_an_object_still_there_after_its_deletion_is_not_counted_and_tried_again
     assert peer(out).local_app_data.get(tenant_sweep.SWEEP_KEY) != NEXT_CHARM
     out = ctx.run(ctx.on.update_status(), out)
     assert api.get_object(kept) is None
+    assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
+
+
+def test_lists_are_read_a_page_at_a_time(ctx, upgraded, api, monkeypatch):
+    """A namespace's many pods cannot stall the hook in one answer (F4)."""
+    monkeypatch.setattr(tenant_sweep, "PAGE", 2)
+    api.requests.clear()
+    out = ctx.run(ctx.on.upgrade_charm(), upgraded)
+    assert {p["metadata"]["name"] for p in api.objects(f"{NS}/team-a/pods/")} == {
+        "training",
+        "ended",
+    }
+    pages = [r.query for r in api.requests if r == ("GET", f"{NS}/team-a/pods")]
+    assert [q.get("limit") for q in pages] == ["2"] * len(pages) and len(pages) > 2
+    assert all(q.get("continue") for q in pages[1:]) and "continue" not in pages[0]
+    assert "status.phase!=Succeeded" in pages[0]["fieldSelector"]
     assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
