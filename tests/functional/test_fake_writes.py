@@ -395,6 +395,22 @@ def test_a_load_balancers_fields_go_with_its_type_or_are_refused(work: Kube):
     assert not changed["status"].get("loadBalancer")  # no load balancer stands for it
 
 
+def test_the_source_ranges_annotation_goes_with_a_load_balancer_or_is_refused(work: Kube):
+    """ValidateService checks the annotation as the field (kube_services.py)."""
+    key = "service.beta.kubernetes.io/load-balancer-source-ranges"
+    service = _node_port_service(type="LoadBalancer")
+    service["metadata"]["annotations"] = {key: "10.0.0.0/8"}
+    work.create(service)
+    patch = {"spec": {"type": "ClusterIP", "externalTrafficPolicy": None}}
+    error = _refused(lambda: work.patch("v1", "Service", "np", patch, "work"))
+    assert error.status == 422
+    assert f"metadata.annotations[{key}]: Forbidden: may only be used when `type` is" in (
+        error.message
+    )
+    patch["metadata"] = {"annotations": {key: None}}
+    assert work.patch("v1", "Service", "np", patch, "work")["spec"]["type"] == "ClusterIP"
+
+
 # ------------------------------------------------------------------- sizes
 
 
