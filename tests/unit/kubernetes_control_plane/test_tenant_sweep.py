@@ -8,6 +8,7 @@ namespaces once (tenant_sweep.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -418,4 +419,21 @@ def test_lists_are_read_a_page_at_a_time(ctx, upgraded, api, monkeypatch):
     assert [q.get("limit") for q in pages] == ["2"] * len(pages) and len(pages) > 2
     assert all(q.get("continue") for q in pages[1:]) and "continue" not in pages[0]
     assert "status.phase!=Succeeded" in pages[0]["fieldSelector"]
+    assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
+
+
+def test_the_sweep_waits_a_hook_after_the_admission_policies_change(ctx, upgraded, api):
+    """A changed policy is enforced from the API server's next refresh (F5)."""
+    bag = dict(peer(upgraded).local_app_data)
+    bag["admission-policies"] = "an earlier revision's"  # addons.ADMISSION_POLICIES_KEY
+    changed = dataclasses.replace(peer(upgraded), local_app_data=bag)
+    others = [r for r in upgraded.relations if r.id != changed.id]
+    state = dataclasses.replace(upgraded, relations=[*others, changed])
+    out = ctx.run(ctx.on.upgrade_charm(), state)
+    assert "consumer namespaces swept next hook (admission policies changed)" in (
+        out.unit_status.message
+    )
+    assert api.get_object(f"{NS}/team-a/pods/on-cp") is not None
+    out = ctx.run(ctx.on.config_changed(), out)  # the first try: any hook
+    assert api.get_object(f"{NS}/team-a/pods/on-cp") is None
     assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
