@@ -16,9 +16,11 @@ import tenant_sweep
 from charm_modules import load
 from ops import testing
 
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from fakes.control_plane import deployed_charm, granted, kube_api_relation, node, peer, peers
 
 team_quota = load("kubernetes-control-plane", "team_quota")
+admission_policies = load("kubernetes-control-plane", "admission_policies")
 LOCALQUEUES = [
     {"api-groups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get", "create"]}
 ]
@@ -437,3 +439,49 @@ def test_the_sweep_waits_a_hook_after_the_admission_policies_change(ctx, upgrade
     out = ctx.run(ctx.on.config_changed(), out)  # the first try: any hook
     assert api.get_object(f"{NS}/team-a/pods/on-cp") is None
     assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
+
+
+# what a pod of a team's namespace may ask (CONSUMER_PODS) and may not, each judged both
+# by the policy through the fake API server's admission and by the sweep (F6); nodeName
+# and controller references are left out: the sweep cannot judge them from a stored pod
+CUTS = [
+    {"tolerations": [GPU, *LOST]},
+    {"tolerations": [{"operator": "Exists"}]},
+    {"tolerations": [{**LOST[0], "tolerationSeconds": 301}]},
+    {"tolerations": [{**LOST[0], "effect": "NoSchedule"}]},
+    {"tolerations": [{k: v for k, v in LOST[0].items() if k in LOST_KEYS}]},
+    {"tolerations": [GPU, {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]},
+    {"tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]},
+    {"schedulerName": "default-scheduler"},
+    {"schedulerName": "my-scheduler"},
+    {"priorityClassName": "system-node-critical"},
+    {"serviceAccountName": "default"},
+    {"serviceAccountName": "tensorflow"},
+    {"serviceAccount": "tensorflow"},
+]
+RESTRICTED = {  # Pod Security's restricted level, which team-a's namespace enforces
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def test_the_sweep_refuses_the_pods_consumer_pods_refuses(upgraded, api):
+    kube = Kube.from_kubeconfig(api.kubeconfig())
+    admissions = []
+    for i, cut in enumerate(CUTS):
+        container = {**CONTAINER, "securityContext": RESTRICTED}
+        meta = {"name": f"cut-{i}", "namespace": "team-a"}
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta}
+        pod["spec"] = {"containers": [container], **cut}
+        try:
+            kube.create(pod)
+            admitted = True
+        except KubeError as e:
+            assert e.status == 403 and admission_policies.CONSUMER_PODS in e.message, (cut, e)
+            admitted = False
+        judged = tenant_sweep.refusal(pod, "tensorflow", frozenset({CP_NODE}))
+        assert (judged is None) == admitted, (cut, judged)
+        admissions.append(admitted)
+    assert admissions.count(True) == 3 and admissions.count(False) == len(CUTS) - 3
