@@ -363,8 +363,9 @@ class Addons:
         """
         if tenant_sweep.done(bag, self._charm):
             return []
-        if self._policies_changed:
-            return ["consumer namespaces swept next hook (admission policies changed)"]
+        if self._policies_changed:  # said in the log only: a new cluster's first hook too
+            logger.info("consumer namespaces swept next hook: the admission policies changed")
+            return []
         try:
             swept = tenant_sweep.sweep(self._kube(), bag, self._charm, retry=retry)
         except KubeError as e:

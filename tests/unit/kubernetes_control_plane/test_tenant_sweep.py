@@ -424,16 +424,17 @@ def test_lists_are_read_a_page_at_a_time(ctx, upgraded, api, monkeypatch):
     assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
 
 
-def test_the_sweep_waits_a_hook_after_the_admission_policies_change(ctx, upgraded, api):
+def test_the_sweep_waits_a_hook_after_the_admission_policies_change(ctx, upgraded, api, caplog):
     """A changed policy is enforced from the API server's next refresh (F5)."""
+    caplog.set_level("INFO")
     bag = dict(peer(upgraded).local_app_data)
     bag["admission-policies"] = "an earlier revision's"  # addons.ADMISSION_POLICIES_KEY
     changed = dataclasses.replace(peer(upgraded), local_app_data=bag)
     others = [r for r in upgraded.relations if r.id != changed.id]
     state = dataclasses.replace(upgraded, relations=[*others, changed])
     out = ctx.run(ctx.on.upgrade_charm(), state)
-    assert "consumer namespaces swept next hook (admission policies changed)" in (
-        out.unit_status.message
+    assert "consumer namespaces swept next hook: the admission policies changed" in (
+        caplog.messages
     )
     assert api.get_object(f"{NS}/team-a/pods/on-cp") is not None
     out = ctx.run(ctx.on.config_changed(), out)  # the first try: any hook
