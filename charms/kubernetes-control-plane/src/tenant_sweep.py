@@ -9,7 +9,9 @@ team_quota) act on requests, not on what is stored. So the leader goes once per 
 revision (`done`: the charm URL under SWEEP_KEY, as addons.Addons._built records what it
 built) through every Namespace labelled `gpu-k8s.io/consumer` (literals.CONSUMER_LABEL:
 only the control plane writes Namespaces, rbac.manifests; kube_api refuses every grant
-namespace writes, so a tenant cannot label one) and, there:
+namespace writes, so a tenant cannot label one) that the control plane made
+(`consumer_namespaces`: one an earlier revision only labelled is named and left) and,
+there:
 
 - deletes Calico's namespaced policy objects (CALICO_KINDS, calico.yaml v3.32.1's CRDs;
   no grant may write them any more and the control plane makes none: team_quota counts
@@ -21,7 +23,7 @@ namespace writes, so a tenant cannot label one) and, there:
   either, so a Service of the charms is never touched.
 - deletes DaemonSets (their pods tolerate cordons and a lost node for ever, and a drain
   leaves them: admission_policies CONSUMER_PODS); their pods go with them (background
-  propagation, the garbage collector).
+  propagation, the garbage collector) or, being refused, are deleted as any pod.
 - deletes each pod the current CONSUMER_PODS would refuse, judged from what the stored
   pod shows (`refusal`). A pod whose controller makes it again (a ReplicaSet's, a Job's)
   is made through admission: the same refused template is refused again (the controller
@@ -41,7 +43,9 @@ looked at; the charms' Services are ClusterIP without external IPs and their pod
 CONSUMER_PODS (tests/functional/test_kube_api_escalation.py, the charms' own pods).
 
 Each change is logged (kind, namespace, name, what); a change that fails is logged and
-the rest go on; the sweep is done once none failed, else it runs again in the next hook.
+the rest go on; a deleted object counts once it is gone (`_delete`). The sweep is done
+once none failed; else the steps that failed, per namespace, are tried again at
+update-status (PROGRESS_KEY, MAX_TRIES), and lists are read PAGE items at a time.
 The namespaces found are recorded (NAMESPACES_KEY) for the object-count quota, which
 addons.apply_team_quotas applies to each of them, granted this hook or not.
 """
