@@ -43,8 +43,10 @@ Differences from a real API server (on purpose, to stay small and deterministic)
   conflicts and does not remove fields a manager stopped applying; strategic merge patch
   merges the lists of kube_smp.py by their patch tags (others are replaced, as a list
   without tags is); JSON patch answers 415;
-- field selectors work on any dotted field path; no pagination (`limit` is ignored, a list
-  is whole); mutating admission: the Priority plugin (kube_priority.py: a pod's priority
+- field selectors work on any dotted field path; a list with `limit` answers that many
+  items and a `continue` token for the rest (a bad token: 400), with no resourceVersion
+  snapshot (a page shows the store as it is when asked); mutating admission: the
+  Priority plugin (kube_priority.py: a pod's priority
   from its PriorityClass, the two system classes stored at start) and `mutators`
   (functions a test or an emulated controller adds, each changing a new object before it
   is stored, as a mutating webhook does on create; `update_mutators` on update, which may
@@ -2299,7 +2301,8 @@ class FakeKubeApiServer:
                 item = json_copy(obj)
                 del item["apiVersion"], item["kind"]
                 items.append(item)
-        meta = {"resourceVersion": str(self._rv)}
+        meta: dict[str, Any] = {"resourceVersion": str(self._rv)}
+        items = _page(items, query, meta)
         return 200, {
             "kind": f"{target.kind}List",
             "apiVersion": target.gv,
@@ -2452,7 +2455,10 @@ class FakeKubeApiServer:
         asked = _delete_options(target, obj, query, {**options, **given})
         self._admit_delete(target, obj, options=asked)
         removed = self._remove(target.key(), orphan=orphan)
-        if target.kind == "Pod":
+        # one its finalizers keep (terminating) is answered as it is now, not a Status
+        # (k8s.io/apiserver pkg/registry/generic/registry/store.go Delete: `if
+        # !deleteImmediately || err != nil { return out, false, err }`)
+        if target.kind == "Pod" or target.key() in self._store:
             return 200, json_copy(removed)
         details = {"name": target.name, "kind": target.plural, "uid": obj["metadata"]["uid"]}
         return 200, {
@@ -3156,3 +3162,30 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815
+
+
+def _page(items: list[dict], query: dict, meta: dict) -> list[dict]:
+    """The page of a list asked with `limit` (and `continue`), its token put in `meta`.
+
+    A chunked list answers at most `limit` items and, when more match, ListMeta.continue,
+    which the next request sends back with the same query, and remainingItemCount
+    (k8s.io/apimachinery pkg/apis/meta/v1 types.go ListOptions Limit/Continue, ListMeta;
+    k8s.io/apiserver pkg/storage/etcd3 store.go GetList: a continue key that does not
+    decode is a 400 BadRequest). The fake's token is the last name and namespace answered, base64.
+    """
+    token, limit = query.get("continue"), int(query.get("limit") or 0)
+    if not token and limit <= 0:
+        return items
+    key = lambda i: [i["metadata"]["name"], i["metadata"].get("namespace") or ""]  # noqa: E731
+    items = sorted(items, key=key)
+    if token:
+        try:
+            after = json.loads(base64.b64decode(token.encode(), validate=True))
+        except ValueError:
+            raise ApiError(400, "BadRequest", "continue key is not valid") from None
+        items = [i for i in items if key(i) > after]
+    if limit <= 0 or len(items) <= limit:
+        return items
+    meta["continue"] = base64.b64encode(json.dumps(key(items[limit - 1])).encode()).decode()
+    meta["remainingItemCount"] = len(items) - limit
+    return items[:limit]

@@ -346,8 +346,11 @@ _POD_TEMPLATE_KINDS = frozenset(
 _EXTERNALLY_ACCESSIBLE = frozenset({"LoadBalancer", "NodePort"})
 
 
-def service_errors(spec: dict) -> list[FieldError]:
-    """ValidateService's enum checks, in its order (the defaulted fields only when given)."""
+def service_errors(spec: dict, annotations: Any = None) -> list[FieldError]:
+    """ValidateService's enum checks, in its order (the defaulted fields only when given).
+
+    `annotations`: the Service's, for the source-ranges annotation (kube_services).
+    """
     errors: list[FieldError] = []
     for i, port in enumerate(_dicts(spec.get("ports"))):  # validateServicePort
         _check(errors, port, "protocol", f"spec.ports[{i}]", PROTOCOL)
@@ -370,7 +373,7 @@ def service_errors(spec: dict) -> list[FieldError]:
     else:
         _check(errors, spec, "externalTrafficPolicy", "spec", TRAFFIC_POLICY)
     _check(errors, spec, "internalTrafficPolicy", "spec", TRAFFIC_POLICY)
-    return errors + kube_services.type_errors(spec)
+    return errors + kube_services.type_errors(spec, annotations)
 
 
 def _int_or_string(value: Any) -> str:
@@ -553,7 +556,6 @@ _SPEC_CHECKS = {
     ("v1", "Pod"): lambda spec: pod_spec_errors(spec, "spec"),
     ("batch/v1", "Job"): job_spec_errors,
     ("batch/v1", "CronJob"): _cron_job_errors,
-    ("v1", "Service"): service_errors,
     ("v1", "PersistentVolumeClaim"): _claim_errors,
     ("v1", "PersistentVolume"): _volume_errors,
     ("networking.k8s.io/v1", "NetworkPolicy"): network_policy_errors,
@@ -569,6 +571,9 @@ def enum_errors(api_version: str, kind: str, obj: dict) -> list[FieldError]:
         spec = {}  # a struct, not a pointer: its required fields are checked all the same
     if not isinstance(spec, dict):
         return []
+    if (api_version, kind) == ("v1", "Service"):
+        meta = obj.get("metadata")
+        return service_errors(spec, meta.get("annotations") if isinstance(meta, dict) else None)
     check = _SPEC_CHECKS.get((api_version, kind))
     if check is not None:
         return check(spec)

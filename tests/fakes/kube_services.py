@@ -4,7 +4,10 @@ Sources, kubernetes/kubernetes:
 - pkg/apis/core/validation/validation.go ValidateService (stored commit 000f260): a
   ClusterIP Service's ports name no nodePort (Forbidden "may not be used when `type` is
   'ClusterIP'" at `spec.ports[i].nodePort`); loadBalancerSourceRanges (at the path
-  `spec.LoadBalancerSourceRanges`, capitalised as upstream writes it) and
+  `spec.LoadBalancerSourceRanges`, capitalised as upstream writes it), or without the
+  field its annotation service.beta.kubernetes.io/load-balancer-source-ranges (at
+  `metadata.annotations[<key>]`; present, even empty: `if len(...) > 0 || ok`, stored
+  copy of validation.go, index id 38700836414; the ranges' syntax is not checked) and
   allocateLoadBalancerNodePorts only on a LoadBalancer (Forbidden "may only be used when
   `type` is 'LoadBalancer'"); validateServiceExternalTrafficPolicy's healthCheckNodePort
   only on a LoadBalancer with externalTrafficPolicy Local (Invalid "may only be set when
@@ -64,7 +67,10 @@ def _drop_unchanged(spec: dict, before: dict, field: str) -> None:
         spec.pop(field, None)
 
 
-def type_errors(spec: dict) -> list[FieldError]:
+SOURCE_RANGES_ANNOTATION = "service.beta.kubernetes.io/load-balancer-source-ranges"
+
+
+def type_errors(spec: dict, annotations: object = None) -> list[FieldError]:
     """ValidateService's checks of the fields only some types may carry, in its order."""
     errors: list[FieldError] = []
     kind = spec.get("type") or "ClusterIP"
@@ -74,8 +80,14 @@ def type_errors(spec: dict) -> list[FieldError]:
                 detail = "may not be used when `type` is 'ClusterIP'"
                 errors.append(FieldError("Forbidden", f"spec.ports[{i}].nodePort", detail=detail))
     only_lb = "may only be used when `type` is 'LoadBalancer'"
-    if spec.get("loadBalancerSourceRanges") and kind != "LoadBalancer":
-        errors.append(FieldError("Forbidden", "spec.LoadBalancerSourceRanges", detail=only_lb))
+    annotated = isinstance(annotations, dict) and SOURCE_RANGES_ANNOTATION in annotations
+    if (spec.get("loadBalancerSourceRanges") or annotated) and kind != "LoadBalancer":
+        path = (
+            "spec.LoadBalancerSourceRanges"
+            if spec.get("loadBalancerSourceRanges")
+            else f"metadata.annotations[{SOURCE_RANGES_ANNOTATION}]"
+        )
+        errors.append(FieldError("Forbidden", path, detail=only_lb))
     if spec.get("allocateLoadBalancerNodePorts") is not None and kind != "LoadBalancer":
         path = "spec.allocateLoadBalancerNodePorts"
         errors.append(FieldError("Forbidden", path, detail=only_lb))

@@ -424,6 +424,39 @@ def test_a_load_balancers_fields_go_with_its_type_or_are_refused(work: Kube):
     assert not changed["status"].get("loadBalancer")  # no load balancer stands for it
 
 
+def test_the_source_ranges_annotation_goes_with_a_load_balancer_or_is_refused(work: Kube):
+    """ValidateService checks the annotation as the field (kube_services.py)."""
+    key = "service.beta.kubernetes.io/load-balancer-source-ranges"
+    service = _node_port_service(type="LoadBalancer")
+    service["metadata"]["annotations"] = {key: "10.0.0.0/8"}
+    work.create(service)
+    patch = {"spec": {"type": "ClusterIP", "externalTrafficPolicy": None}}
+    error = _refused(lambda: work.patch("v1", "Service", "np", patch, "work"))
+    assert error.status == 422
+    assert f"metadata.annotations[{key}]: Forbidden: may only be used when `type` is" in (
+        error.message
+    )
+    patch["metadata"] = {"annotations": {key: None}}
+    assert work.patch("v1", "Service", "np", patch, "work")["spec"]["type"] == "ClusterIP"
+
+
+def test_a_list_is_read_in_chunks_and_a_bad_continue_token_is_refused(work: Kube):
+    """ListOptions limit/continue, ListMeta continue and remainingItemCount."""
+    for name in ("a", "b", "c"):
+        meta = {"name": name, "namespace": "work"}
+        work.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta})
+    path = "/api/v1/namespaces/work/configmaps"
+    first = work.request("GET", path, query={"limit": 2})
+    assert [i["metadata"]["name"] for i in first["items"]] == ["a", "b"]
+    assert first["metadata"]["remainingItemCount"] == 1
+    token = first["metadata"]["continue"]
+    rest = work.request("GET", path, query={"limit": 2, "continue": token})
+    assert [i["metadata"]["name"] for i in rest["items"]] == ["c"]
+    assert "continue" not in rest["metadata"]
+    error = _refused(lambda: work.request("GET", path, query={"continue": "not base64!"}))
+    assert error.status == 400
+
+
 # ------------------------------------------------------------------- sizes
 
 

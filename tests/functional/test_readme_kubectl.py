@@ -54,13 +54,18 @@ NOT_COMMANDS = {
     "kubectl drain ...",  # the worker's status, in full below (reboot_blocked_message)
     "kubectl uncordon",  # the same status's last step
 }
+SWEPT = (  # upgrade.md: every kind the sweep changes
+    "kubectl -n <team> get daemonsets,services,pods,networkpolicies.crd.projectcalico.org,"
+    "networksets.crd.projectcalico.org,stagednetworkpolicies.crd.projectcalico.org,"
+    "stagedkubernetesnetworkpolicies.crd.projectcalico.org"
+)
 RUN = {
     "kubectl get nodes",
     "kubectl -n tensorflow delete job fetch-mnist",
     "kubectl delete node <name>",
     "kubectl -n tensorflow get pods --field-selector=status.phase!=Succeeded,status.phase!=Failed",
     "kubectl -n <team> describe resourcequota gpu-k8s-object-counts",
-    "kubectl -n <team> get daemonsets,services,networkpolicies.crd.projectcalico.org",
+    SWEPT,
     *COPIES,
     *FORWARDS,
 }
@@ -426,7 +431,7 @@ def test_a_teams_object_counts_are_described_as_the_how_to_says(cluster):
 
 
 def test_what_the_upgrade_sweep_changes_is_listed_as_the_how_to_says(cluster):
-    """upgrade.md: a team's DaemonSets, Services and Calico policies, before the refresh."""
+    """upgrade.md: a team's DaemonSets, Services, pods and Calico objects, before the refresh."""
     api, kubectl = cluster
     crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
     for obj in calico_objects():
@@ -439,8 +444,16 @@ def test_what_the_upgrade_sweep_changes_is_listed_as_the_how_to_says(cluster):
     port = {"port": 80, "protocol": "TCP", "targetPort": 80, "nodePort": 30080}
     service = {"spec": {"type": "NodePort", "ports": [port], "externalTrafficPolicy": "Cluster"}}
     api.put_object("/api/v1/namespaces/tensorflow/services/web", service)
-    command = "kubectl -n <team> get daemonsets,services,networkpolicies.crd.projectcalico.org"
+    netset = {"metadata": {"name": "anywhere"}, "spec": {"nets": ["0.0.0.0/0"]}}
+    api.put_object(
+        "/apis/crd.projectcalico.org/v1/namespaces/tensorflow/networksets/anywhere", netset
+    )
+    pod = {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    api.put_object("/api/v1/namespaces/tensorflow/pods/miner", pod)
+    command = SWEPT
     words = [w.replace("<team>", "tensorflow") for w in command.split()[1:]]
     printed = kubectl.run(*words).stdout
+    assert re.search(r"^networkset.crd.projectcalico.org/anywhere ", printed, re.M), printed
+    assert re.search(r"^pod/miner ", printed, re.M), printed
     assert re.search(r"^service/web +NodePort .* 80:30080/TCP", printed, re.M), printed
     assert re.search(r"^networkpolicy.crd.projectcalico.org/allow-all ", printed, re.M), printed

@@ -125,6 +125,7 @@ class Addons:
         self._kube = kube
         self._opener = opener
         self._charm = charm
+        self._policies_changed = False  # the admission policies were applied in this hook
 
     def apply_cni(self, config: Config, bag: Bag) -> list[str]:
         """The cluster's CNI, with its pod network and registry; notes for the status.
@@ -229,6 +230,7 @@ class Addons:
             return
         objects = admission_policies.manifests()
         if self._apply_once(ADMISSION_POLICIES_KEY, objects, fingerprint(objects), bag):
+            self._policies_changed = True
             logger.info(
                 "admission policies: %s",
                 ", ".join(o["metadata"]["name"] for o in objects if o["kind"].endswith("Policy")),
@@ -392,21 +394,29 @@ class Addons:
             return [network_policies.NOT_ENFORCED]
         return []
 
-    def sweep_consumer_namespaces(self, bag: Bag) -> list[str]:
+    def sweep_consumer_namespaces(self, bag: Bag, *, retry: bool) -> list[str]:
         """Once per charm revision, what tenants made before its refusals (tenant_sweep).
 
         Run after the grants and before the quotas, which it names the consumers'
-        namespaces for. A hook after the sweep finished sends no request for it. Returns
-        the status note of the hook that swept.
+        namespaces for. A hook after the sweep finished sends no request for it; what a
+        try left is tried again where `retry` (update-status; tenant_sweep.MAX_TRIES).
+        Not in the hook that changed the admission policies: kube-apiserver enforces a
+        changed ValidatingAdmissionPolicy from its policy source's next refresh (a 1 s
+        tick, each API server apart: k8s.io/apiserver pkg/admission/plugin/policy/generic
+        policy_source.go), and a controller replacing a swept pod before that is admitted
+        under the old rules. Returns the status note of the hook that swept.
         """
         if tenant_sweep.done(bag, self._charm):
             return []
+        if self._policies_changed:  # said in the log only: a new cluster's first hook too
+            logger.info("consumer namespaces swept next hook: the admission policies changed")
+            return []
         try:
-            swept = tenant_sweep.sweep(self._kube(), bag, self._charm)
+            swept = tenant_sweep.sweep(self._kube(), bag, self._charm, retry=retry)
         except KubeError as e:
-            logger.warning("consumer namespaces not swept (tried again next hook): %s", e)
-            return ["consumer namespaces not swept yet (tried again next hook)"]
-        note = swept.note()
+            logger.warning("consumer namespaces not swept (tried again at update-status): %s", e)
+            return ["consumer namespaces not swept yet (tried again at update-status)"]
+        note = swept.note() if swept else None
         return [note] if note else []
 
     def apply_team_quotas(self, config: Config, bag: Bag) -> None:

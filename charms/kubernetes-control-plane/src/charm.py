@@ -466,7 +466,7 @@ class KubernetesControlPlaneCharm(ops.CharmBase):
         notes += addons.apply_team_network_policies(
             config, bag, peers.api_servers(hook.ctx.api_server)
         )
-        notes += addons.sweep_consumer_namespaces(bag)  # once per revision; before the quotas
+        notes += addons.sweep_consumer_namespaces(bag, retry=resize)  # before the quotas
         addons.apply_team_quotas(config, bag)
         self._blocked_lines = [*hook.access.blocked, *cert_blocked, *hook.fleet.refused(peers)]
         hook.access.reach(config, peers, leader=True)

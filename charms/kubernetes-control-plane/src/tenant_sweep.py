@@ -9,7 +9,9 @@ team_quota) act on requests, not on what is stored. So the leader goes once per 
 revision (`done`: the charm URL under SWEEP_KEY, as addons.Addons._built records what it
 built) through every Namespace labelled `gpu-k8s.io/consumer` (literals.CONSUMER_LABEL:
 only the control plane writes Namespaces, rbac.manifests; kube_api refuses every grant
-namespace writes, so a tenant cannot label one) and, there:
+namespace writes, so a tenant cannot label one) that the control plane made
+(`consumer_namespaces`: one an earlier revision only labelled is named and left) and,
+there:
 
 - deletes Calico's namespaced policy objects (CALICO_KINDS, calico.yaml v3.32.1's CRDs;
   no grant may write them any more and the control plane makes none: team_quota counts
@@ -21,7 +23,7 @@ namespace writes, so a tenant cannot label one) and, there:
   either, so a Service of the charms is never touched.
 - deletes DaemonSets (their pods tolerate cordons and a lost node for ever, and a drain
   leaves them: admission_policies CONSUMER_PODS); their pods go with them (background
-  propagation, the garbage collector).
+  propagation, the garbage collector) or, being refused, are deleted as any pod.
 - deletes each pod the current CONSUMER_PODS would refuse, judged from what the stored
   pod shows (`refusal`). A pod whose controller makes it again (a ReplicaSet's, a Job's)
   is made through admission: the same refused template is refused again (the controller
@@ -41,7 +43,9 @@ looked at; the charms' Services are ClusterIP without external IPs and their pod
 CONSUMER_PODS (tests/functional/test_kube_api_escalation.py, the charms' own pods).
 
 Each change is logged (kind, namespace, name, what); a change that fails is logged and
-the rest go on; the sweep is done once none failed, else it runs again in the next hook.
+the rest go on; a deleted object counts once it is gone (`_delete`). The sweep is done
+once none failed; else the steps that failed, per namespace, are tried again at
+update-status (PROGRESS_KEY, MAX_TRIES), and lists are read PAGE items at a time.
 The namespaces found are recorded (NAMESPACES_KEY) for the object-count quota, which
 addons.apply_team_quotas applies to each of them, granted this hook or not.
 """
@@ -51,7 +55,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 from urllib.parse import quote
 
@@ -67,6 +71,14 @@ logger = logging.getLogger(__name__)
 
 SWEEP_KEY = "consumer-sweep"  # the charm URL whose sweep finished (peer application data)
 NAMESPACES_KEY = "consumer-namespaces"  # the consumers' namespaces it found (a JSON list)
+# What a sweep that failed in part left (a JSON object): the charm URL, the tries so far and,
+# per namespace, its consumer and the steps (STEPS' names) still to do; `left` is null
+# while the namespaces were never listed. A retry does only those, in an update-status
+# hook (every 5 minutes by default), MAX_TRIES times at most: then the status names
+# what is left until another charm revision sweeps again.
+PROGRESS_KEY = "consumer-sweep-left"
+MAX_TRIES = 12
+PAGE = 500  # items per list request (limit/continue: a namespace's pods may be many)
 
 # Calico v3.32.1's namespaced policy kinds (calico.yaml's CustomResourceDefinitions in
 # crd.projectcalico.org/v1; the projectcalico.org/v3 API serves the same objects only
@@ -96,22 +108,49 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # lib drain.MIRROR_ANNOTATION
 
 @dataclasses.dataclass
 class Sweep:
-    """What one sweep did: the namespaces, `Kind ns/name` changed and failed (the log says why)."""
+    """What one sweep did: `Kind ns/name` changed and failed (the log says why).
+
+    `foreign`: namespaces labelled as a consumer's that the control plane did not make
+    (name -> the other field managers found), left as they are.
+    """
 
     namespaces: list[str] = dataclasses.field(default_factory=list)
     changed: list[str] = dataclasses.field(default_factory=list)
     failed: list[str] = dataclasses.field(default_factory=list)
+    foreign: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    gave_up: bool = False
 
     def note(self) -> str | None:
-        """The status note of this hook: how many were changed or failed, None for none."""
-        if self.failed:
-            return (
-                f"consumer namespaces swept: {len(self.changed)} objects changed,"
-                f" {len(self.failed)} failed (tried again next hook; see the log)"
+        """The status note of this hook: what was changed, failed or left, None for nothing."""
+        notes = []
+        if self.gave_up:
+            notes.append(
+                f"consumer namespaces not swept after {MAX_TRIES} tries:"
+                f" {len(self.failed)} steps left (see the log)"
             )
-        if self.changed:
-            return f"consumer namespaces swept: {len(self.changed)} objects changed (see the log)"
-        return None
+        elif self.failed:
+            notes.append(
+                f"consumer namespaces swept: {len(self.changed)} objects changed,"
+                f" {len(self.failed)} failed (tried again at update-status; see the log)"
+            )
+        elif self.changed:
+            notes.append(
+                f"consumer namespaces swept: {len(self.changed)} objects changed (see the log)"
+            )
+        if self.foreign:
+            notes.append(
+                f"not swept, not made by the control plane: {', '.join(sorted(self.foreign))}"
+            )
+        return "; ".join(notes) or None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Where:
+    """One consumer's namespace, its consumer and the control-plane nodes."""
+
+    namespace: str
+    consumer: str
+    control_plane: frozenset[str]
 
 
 def done(bag: MutableMapping[str, str], charm: str) -> bool:
@@ -128,73 +167,133 @@ def recorded_namespaces(bag: MutableMapping[str, str]) -> list[str]:
     return [ns for ns in found if isinstance(ns, str)] if isinstance(found, list) else []
 
 
-def sweep(kube: Kube, bag: MutableMapping[str, str], charm: str) -> Sweep:
+def _progress(bag: MutableMapping[str, str], charm: str) -> dict | None:
+    """What this charm's earlier tries left (PROGRESS_KEY), None before its first try."""
+    try:
+        progress = json.loads(bag.get(PROGRESS_KEY) or "null")
+    except ValueError:
+        return None
+    if not isinstance(progress, dict) or progress.get("charm") != charm:
+        return None
+    left = progress.get("left")
+    if not isinstance(left, dict) or not all(
+        isinstance(t, dict) and isinstance(t.get("steps"), list) for t in left.values()
+    ):
+        left = None  # never listed (or unreadable): listed again
+    return {"tries": int(progress.get("tries") or 0), "left": left}
+
+
+def sweep(kube: Kube, bag: MutableMapping[str, str], charm: str, *, retry: bool) -> Sweep | None:
     """Sweep every consumer's namespace once (`done` records it), what it did.
+
+    The first try runs in any hook; what it left (PROGRESS_KEY) is tried again only where
+    `retry` (update-status), MAX_TRIES times at most. None: nothing tried in this hook.
 
     Raises:
         KubeError: the Namespaces or control-plane Nodes could not be listed (nothing was
-            changed; the next hook tries again).
+            changed; tried again as any failed step).
     """
-    consumers = consumer_namespaces(kube)
-    result = Sweep(namespaces=sorted(consumers))
-    if bag.get(NAMESPACES_KEY) != (found := json.dumps(result.namespaces)):
-        bag[NAMESPACES_KEY] = found
-    nodes = frozenset(
-        n["metadata"]["name"] for n in kube.list("v1", "Node", label_selector=CONTROL_PLANE_LABEL)
-    )
+    progress = _progress(bag, charm)
+    tries = progress["tries"] if progress else 0
+    if tries >= MAX_TRIES:
+        left = (progress or {}).get("left") or {}
+        failed = [f"{s} of {ns}" for ns, todo in left.items() for s in todo["steps"]]
+        return Sweep(failed=failed or ["listing the namespaces"], gave_up=True)
+    if progress and not retry:
+        return None
+    bag[PROGRESS_KEY] = json.dumps({"charm": charm, "tries": tries + 1, "left": None})
+    result = Sweep()
+    todo = progress["left"] if progress and progress["left"] is not None else None
+    if todo is None:
+        todo = _first(kube, bag, result)
+    result.namespaces = sorted(todo)
+    nodes: frozenset[str] = frozenset()
+    if any("Pods" in t["steps"] for t in todo.values()):
+        listed = kube.list("v1", "Node", label_selector=CONTROL_PLANE_LABEL)
+        nodes = frozenset(n["metadata"]["name"] for n in listed)
+    left = {}
     for namespace in result.namespaces:
-        _sweep_namespace(kube, _Where(namespace, consumers[namespace], nodes), result)
+        where = _Where(namespace, todo[namespace]["consumer"], nodes)
+        if steps := _sweep_namespace(kube, where, todo[namespace]["steps"], result):
+            left[namespace] = {"consumer": where.consumer, "steps": steps}
     if result.changed or result.failed:
         logger.info(
             "swept %d consumer namespaces: %d objects changed, %d failed%s",
             len(result.namespaces),
             len(result.changed),
             len(result.failed),
-            " (tried again next hook)" if result.failed else "",
+            " (tried again at update-status)" if result.failed else "",
         )
-    if not result.failed:
+    if left:
+        bag[PROGRESS_KEY] = json.dumps({"charm": charm, "tries": tries + 1, "left": left})
+    else:
         bag[SWEEP_KEY] = charm
+        del bag[PROGRESS_KEY]
     return result
 
 
-def consumer_namespaces(kube: Kube) -> dict[str, str]:
-    """The Namespaces the control plane labelled as a consumer's: name -> the consumer.
+def _first(kube: Kube, bag: MutableMapping[str, str], result: Sweep) -> dict[str, dict]:
+    """The first try's work: every step in each consumer's namespace (NAMESPACES_KEY)."""
+    consumers, result.foreign = consumer_namespaces(kube)
+    found = json.dumps(sorted(consumers))
+    if bag.get(NAMESPACES_KEY) != found:
+        bag[NAMESPACES_KEY] = found
+    for name, managers in sorted(result.foreign.items()):
+        logger.warning(
+            "sweep: namespace %s is labelled as a consumer's by an earlier revision but"
+            " was not made by it (also written by %s): not swept, nothing changed there",
+            name,
+            ", ".join(managers),
+        )
+    return {ns: {"consumer": c, "steps": list(STEPS)} for ns, c in consumers.items()}
+
+
+def consumer_namespaces(kube: Kube) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The consumers' Namespaces the control plane made, and those it labelled only.
+
+    The first: name -> the consumer; the second: name -> the other field managers.
 
     System namespaces are left out: an earlier revision labelled gpu-k8s-system for the
-    workers' shared grant (rbac.worker_grant, consumer `worker`).
+    workers' shared grant (rbac.worker_grant, consumer `worker`). Before f69ccc6
+    (2026-11-27) rbac applied a consumer's Namespace onto an existing one too, labels
+    included, so the labels alone do not say the control plane made it: every revision
+    wrote Namespaces by server-side apply as FIELD_MANAGER, and kube-apiserver records
+    each writer of an object in metadata.managedFields, a create or update under its
+    fieldManager or its user agent's first word (k8s.io/apiserver pkg/endpoints/handlers
+    rest.go managerOrUserAgent; kubectl create's is kubectl-create, Helm's helm). So
+    only a namespace whose every entry is FIELD_MANAGER's is swept; one another writer
+    made or also wrote (an operator's label included) is named and left alone.
     """
-    found = {}
+    found, foreign = {}, {}
     for ns in kube.list("v1", "Namespace", label_selector=CONSUMER_LABEL):
         meta = ns["metadata"]
         name, labels = meta["name"], meta.get("labels") or {}
         if name in SYSTEM_NAMESPACES or name.startswith("kube-"):
             continue
-        if labels.get(MANAGED_BY_LABEL) == FIELD_MANAGER:
+        if labels.get(MANAGED_BY_LABEL) != FIELD_MANAGER:
+            continue
+        managers = sorted({m.get("manager") or "" for m in meta.get("managedFields") or []})
+        if managers == [FIELD_MANAGER]:
             found[name] = labels.get(CONSUMER_LABEL, "")
-    return found
+        else:
+            others = [m or "<no manager>" for m in managers if m != FIELD_MANAGER]
+            foreign[name] = others or ["<no managedFields record>"]
+    return found, foreign
 
 
-@dataclasses.dataclass(frozen=True)
-class _Where:
-    """One consumer's namespace, its consumer and the control-plane nodes."""
-
-    namespace: str
-    consumer: str
-    control_plane: frozenset[str]
-
-
-def _sweep_namespace(kube: Kube, where: _Where, result: Sweep) -> None:
-    for kind, step in (
-        ("Calico policies", _calico),
-        ("Services", _services),
-        ("DaemonSets", _daemonsets),
-        ("Pods", _pods),
-    ):
+def _sweep_namespace(kube: Kube, where: _Where, steps: list[str], result: Sweep) -> list[str]:
+    """Run `steps` (STEPS' names) in the namespace; the names of those that failed."""
+    failed = []
+    for kind in [k for k in STEPS if k in steps]:
+        before = len(result.failed)
         try:
-            step(kube, where, result)
-        except KubeError as e:  # the listing failed: this kind is tried again next hook
+            STEPS[kind](kube, where, result)
+        except KubeError as e:  # the listing failed: this kind is tried again
             logger.warning("sweep: %s of %s could not be listed: %s", kind, where.namespace, e)
             result.failed.append(f"{kind} of {where.namespace}")
+        if len(result.failed) > before:
+            failed.append(kind)
+    return failed
 
 
 def _change(result: Sweep, what: str, how: str, act: Any) -> None:
@@ -209,12 +308,29 @@ def _change(result: Sweep, what: str, how: str, act: Any) -> None:
     result.changed.append(what)
 
 
+def _pages(kube: Kube, path: str, query: dict[str, str] | None = None) -> Iterator[dict]:
+    """The items of a list, PAGE at a time.
+
+    kube-apiserver's chunked lists: k8s.io/apimachinery pkg/apis/meta/v1 types.go
+    ListOptions Limit and Continue, ListMeta.Continue.
+    """
+    token = None
+    while True:
+        answer = kube.request(
+            "GET", path, query={**(query or {}), "limit": PAGE, "continue": token}
+        )
+        yield from answer.get("items") or []
+        token = (answer.get("metadata") or {}).get("continue")
+        if not token:
+            return
+
+
 def _calico(kube: Kube, where: _Where, result: Sweep) -> None:
     namespace = where.namespace
     for plural in CALICO_KINDS:
         path = f"/apis/{CALICO_GROUP_VERSION}/namespaces/{quote(namespace, safe='')}/{plural}"
         try:
-            items = kube.request("GET", path).get("items") or []
+            items = list(_pages(kube, path))
         except KubeError as e:
             if e.status == 404:  # not served (a flannel cluster: none is)
                 continue
@@ -231,11 +347,46 @@ def _calico(kube: Kube, where: _Where, result: Sweep) -> None:
 
 
 def _delete(kube: Kube, path: str) -> None:
+    """Delete the object at `path` and see it gone, its finalizers removed if they keep it.
+
+    kube-apiserver answers a DELETE that removed the object with a Status, one that a
+    finalizer keeps (terminating) with the object (k8s.io/apiserver pkg/registry/generic/
+    registry/store.go Delete: deleteImmediately false while finalizers remain). Kept
+    objects of the kinds swept here do harm while terminating: Felix keeps enforcing a
+    terminating Calico policy or NetworkSet (libcalico-go conversion reads
+    deletionTimestamp for pods only), and the DaemonSet controller stops syncing a
+    terminating DaemonSet while the garbage collector deletes its pods only once it is
+    gone. No controller of this bundle sets a finalizer on them (a background
+    propagation adds none: only Foreground adds foregroundDeletion, store.go
+    deletionFinalizersForGarbageCollection), so the finalizers a tenant set are removed;
+    with the last one the server deletes it (store.go ShouldDeleteDuringUpdate).
+
+    Raises:
+        KubeError: a request failed, or the object is still there (status 409).
+    """
     try:
-        kube.request("DELETE", path, query={"propagationPolicy": "Background"})
+        answer = kube.request("DELETE", path, query={"propagationPolicy": "Background"})
     except KubeError as e:
-        if e.status != 404:
+        if e.status == 404:
+            return
+        raise
+    if not isinstance(answer, dict) or answer.get("kind") == "Status":
+        return
+    if (answer.get("metadata") or {}).get("finalizers"):
+        body = {"metadata": {"finalizers": None}}
+        try:
+            kube.request("PATCH", path, body=body, content_type="application/merge-patch+json")
+        except KubeError as e:
+            if e.status == 404:
+                return
             raise
+    try:
+        kube.request("GET", path)
+    except KubeError as e:
+        if e.status == 404:
+            return
+        raise
+    raise KubeError(409, "Conflict", f"{path} is still there after its deletion")
 
 
 def service_patch(service: dict) -> dict | None:
@@ -262,7 +413,7 @@ def service_patch(service: dict) -> dict | None:
 
 def _services(kube: Kube, where: _Where, result: Sweep) -> None:
     namespace = where.namespace
-    for service in kube.list("v1", "Service", namespace):
+    for service in _pages(kube, kube.path("v1", "Service", namespace)):
         patch = service_patch(service)
         if patch is None:
             continue
@@ -279,32 +430,37 @@ def _services(kube: Kube, where: _Where, result: Sweep) -> None:
 
 def _daemonsets(kube: Kube, where: _Where, result: Sweep) -> None:
     namespace = where.namespace
-    for daemonset in kube.list("apps/v1", "DaemonSet", namespace):
+    path = kube.path("apps/v1", "DaemonSet", namespace)
+    for daemonset in _pages(kube, path):
         name = daemonset["metadata"]["name"]
         _change(
             result,
             f"DaemonSet {namespace}/{name}",
             "deleted with its pods (they tolerate cordons: no grant may make one)",
-            lambda name=name: kube.delete("apps/v1", "DaemonSet", name, namespace),
+            lambda name=name: _delete(kube, f"{path}/{quote(name, safe='')}"),
         )
 
 
 def _pods(kube: Kube, where: _Where, result: Sweep) -> None:
     namespace = where.namespace
-    for pod in kube.list("v1", "Pod", namespace):
+    # running and pending only: a tenant's finished pods may be many, and hold no node
+    # (the pod field selectors include status.phase: pkg/registry/core/pod strategy.go)
+    query = {"fieldSelector": "status.phase!=Succeeded,status.phase!=Failed"}
+    for pod in _pages(kube, kube.path("v1", "Pod", namespace), query):
         meta, status = pod["metadata"], pod.get("status") or {}
         if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
             continue
+        # a DaemonSet's pod is judged too: its DaemonSet is deleted first, and one kept
+        # there (a failed step) no longer makes pods once terminating, nor through
+        # admission while they tolerate cordons
         kind, owner = _controller(meta)
-        if kind == "DaemonSet":
-            continue  # deleted with its DaemonSet (a failure there is tried again)
         why = refusal(pod, where.consumer, where.control_plane)
         if why is None:
             continue
         name = meta["name"]
         again = (
             f"; its {kind} {owner} makes it again through admission, refused while its template is"
-            if kind
+            if kind and kind != "DaemonSet"
             else ""
         )
         _change(
@@ -313,6 +469,14 @@ def _pods(kube: Kube, where: _Where, result: Sweep) -> None:
             f"deleted ({why}){again}",
             lambda name=name: kube.delete("v1", "Pod", name, namespace),
         )
+
+
+STEPS = {  # what is swept in a namespace, in this order
+    "Calico policies": _calico,
+    "Services": _services,
+    "DaemonSets": _daemonsets,
+    "Pods": _pods,
+}
 
 
 def _controller(meta: dict) -> tuple[str, str]:

@@ -8,6 +8,7 @@ namespaces once (tenant_sweep.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -15,9 +16,11 @@ import tenant_sweep
 from charm_modules import load
 from ops import testing
 
+from charms.gpu_k8s.v0.kubeclient import Kube, KubeError
 from fakes.control_plane import deployed_charm, granted, kube_api_relation, node, peer, peers
 
 team_quota = load("kubernetes-control-plane", "team_quota")
+admission_policies = load("kubernetes-control-plane", "admission_policies")
 LOCALQUEUES = [
     {"api-groups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get", "create"]}
 ]
@@ -55,6 +58,24 @@ def _calico(kind: str, name: str) -> dict:
     return {**body, "metadata": {"name": name, "namespace": "team-a"}, "spec": spec}
 
 
+# what kube-apiserver records of a server-side apply by the control plane (every revision's
+# way of writing a Namespace: rbac.apply_objects), and of `kubectl create namespace`
+APPLIED = {"manager": "kubernetes-control-plane", "operation": "Apply", "apiVersion": "v1"}
+KUBECTL = {"manager": "kubectl-create", "operation": "Update", "apiVersion": "v1"}
+
+
+def _namespace(name: str, consumer: str, writers: tuple[dict, ...] = (APPLIED,)) -> dict:
+    """A Namespace an earlier revision labelled for `consumer`, as `writers` wrote it."""
+    labels = {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
+    when = "2026-11-22T10:00:00Z"
+    meta = {
+        "name": name,
+        "labels": {**labels, "gpu-k8s.io/consumer": consumer},
+        "managedFields": [{**w, "time": when, "fieldsType": "FieldsV1"} for w in writers],
+    }
+    return {"metadata": meta}
+
+
 def seed_leftovers(api) -> None:
     """What team-a made while an earlier revision let it, and the charms' own objects."""
     api.put_object(f"/api/v1/nodes/{CP_NODE}", node(CP_NODE, control_plane=True))
@@ -72,6 +93,7 @@ def seed_leftovers(api) -> None:
         healthCheckNodePort=30082,
         loadBalancerSourceRanges=["0.0.0.0/0"],
         loadBalancerClass="example.com/lb",
+        meta={"annotations": {tenant_sweep.SOURCE_RANGES_ANNOTATION: "0.0.0.0/0"}},
     )
     api.put_object(f"{NS}/team-a/services/lb", lb)
     ext = _service("ext", externalIPs=["203.0.113.9"], externalTrafficPolicy="Cluster")
@@ -103,10 +125,8 @@ def seed_leftovers(api) -> None:
         api.put_object(f"{NS}/team-a/pods/{pod['metadata']['name']}", pod)
     # a namespace an earlier revision granted to a consumer whose request is refused now,
     # and the workers' namespace an earlier revision labelled for their shared grant
-    labels = {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
     for name, consumer in (("team-old", "old-app"), ("gpu-k8s-system", "worker")):
-        meta = {"name": name, "labels": {**labels, "gpu-k8s.io/consumer": consumer}}
-        api.put_object(f"{NS}/{name}", {"metadata": meta})
+        api.put_object(f"{NS}/{name}", _namespace(name, consumer))
     api.put_object(f"{NS}/gpu-k8s-system/pods/validator", _pod("validator", "gpu-k8s-system"))
 
 
@@ -165,6 +185,8 @@ def test_the_upgrade_hook_sweeps_what_the_refusals_now_stop(ctx, upgraded, api):
             "loadBalancerClass",
         ):
             assert field not in spec, (name, field)
+    annotations = api.get_object(f"{NS}/team-a/services/lb")["metadata"].get("annotations")
+    assert tenant_sweep.SOURCE_RANGES_ANNOTATION not in (annotations or {})
     assert api.get_object("/apis/apps/v1/namespaces/team-a/daemonsets/miner") is None
     left = {p["metadata"]["name"] for p in api.objects(f"{NS}/team-a/pods/")}
     assert left == {"training", "ended"}
@@ -211,24 +233,56 @@ def test_the_next_hooks_send_no_request_for_the_sweep(ctx, upgraded, api):
     assert swept == []
 
 
+def _swept(api) -> list[tuple]:
+    """The requests of the sweep: team-a's and team-old's objects, its Namespace and Node lists."""
+    return [
+        tuple(r)
+        for r in api.requests
+        if "/team-a/" in r[1]
+        or "/team-old/" in r[1]
+        or (r[1] == NS and "gpu-k8s.io/consumer" in str(r.query))
+        or (r[1] == "/api/v1/nodes" and "control-plane" in str(r.query))
+    ]
+
+
 def test_a_failed_change_leaves_the_rest_done_and_is_tried_again(ctx, upgraded, api):
-    api.inject(
-        status=403,
-        method="DELETE",
-        path_prefix="/apis/apps/v1/namespaces/team-a/daemonsets/miner",
-        message='daemonsets.apps "miner" is forbidden: by a webhook',
-    )
+    """Only what failed is tried again, at update-status (rereview44a F4)."""
+    daemonset = "/apis/apps/v1/namespaces/team-a/daemonsets"
+    refused = 'daemonsets.apps "miner" is forbidden: by a webhook'
+    api.inject(status=403, method="DELETE", path_prefix=f"{daemonset}/miner", message=refused)
     out = ctx.run(ctx.on.upgrade_charm(), upgraded)
-    assert "12 objects changed, 1 failed (tried again next hook" in out.unit_status.message
-    assert api.get_object("/apis/apps/v1/namespaces/team-a/daemonsets/miner") is not None
+    assert "13 objects changed, 1 failed (tried again at update-status" in out.unit_status.message
+    assert api.get_object(f"{daemonset}/miner") is not None
+    assert api.get_object(f"{NS}/team-a/pods/miner-x") is None  # judged as any pod
     assert api.get_object(f"{NS}/team-a/services/np")["spec"]["type"] == "ClusterIP"
-    assert tenant_sweep.SWEEP_KEY not in peer(out).local_app_data or (
-        peer(out).local_app_data[tenant_sweep.SWEEP_KEY] != NEXT_CHARM
-    )
-    out = ctx.run(ctx.on.update_status(), out)  # tried again: only the DaemonSet is left
+    assert peer(out).local_app_data.get(tenant_sweep.SWEEP_KEY) != NEXT_CHARM
+    api.requests.clear()
+    out = ctx.run(ctx.on.config_changed(), out)  # not a retry
+    assert _swept(api) == []
+    out = ctx.run(ctx.on.update_status(), out)  # tried again: only the DaemonSets of team-a
+    assert _swept(api) == [("GET", daemonset), ("DELETE", f"{daemonset}/miner")]
     assert "consumer namespaces swept: 1 objects changed" in out.unit_status.message
-    assert api.get_object("/apis/apps/v1/namespaces/team-a/daemonsets/miner") is None
+    assert api.get_object(f"{daemonset}/miner") is None
     assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
+    assert tenant_sweep.PROGRESS_KEY not in peer(out).local_app_data
+
+
+def test_a_lasting_failure_is_tried_a_bounded_number_of_times(ctx, upgraded, api):
+    daemonset = "/apis/apps/v1/namespaces/team-a/daemonsets/miner"
+    tries = tenant_sweep.MAX_TRIES
+    api.inject(status=403, method="DELETE", path_prefix=daemonset, times=tries, message="no")
+    out = ctx.run(ctx.on.upgrade_charm(), upgraded)
+    for _ in range(tries - 1):
+        out = ctx.run(ctx.on.update_status(), out)
+    api.requests.clear()
+    out = ctx.run(ctx.on.update_status(), out)
+    assert _swept(api) == []
+    assert (
+        f"consumer namespaces not swept after {tries} tries: 1 steps left"
+        in out.unit_status.message
+    )
+    assert api.get_object(daemonset) is not None
+    assert peer(out).local_app_data.get(tenant_sweep.SWEEP_KEY) != NEXT_CHARM
 
 
 def test_a_listing_that_fails_is_tried_again_next_hook(ctx, upgraded, api):
@@ -266,9 +320,7 @@ def test_a_flannel_cluster_has_no_calico_policy_to_sweep(ctx, machine, api, tmp_
     """Calico's kinds are not served there (404): the rest is swept, and the sweep is done."""
     state = testing.State(leader=True, relations=[peers()], config={"cni": "flannel"})
     state = ctx.run(ctx.on.install(), state)
-    labels = {"app.kubernetes.io/managed-by": "kubernetes-control-plane"}
-    meta = {"name": "team-f", "labels": {**labels, "gpu-k8s.io/consumer": "tf"}}
-    api.put_object(f"{NS}/team-f", {"metadata": meta})
+    api.put_object(f"{NS}/team-f", _namespace("team-f", "tf"))
     port = {"port": 80, "protocol": "TCP", "targetPort": 80, "nodePort": 30090}
     service = _service("np", type="NodePort", ports=[port], externalTrafficPolicy="Cluster")
     service["metadata"]["namespace"] = "team-f"
@@ -277,3 +329,160 @@ def test_a_flannel_cluster_has_no_calico_policy_to_sweep(ctx, machine, api, tmp_
     out = ctx.run(ctx.on.upgrade_charm(), state)
     assert api.get_object(f"{NS}/team-f/services/np")["spec"]["type"] == "ClusterIP"
     assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
+
+
+def _seed_operator_namespace(api) -> None:
+    """ingress-nginx, made by an operator and named by a consumer before f69ccc6.
+
+    An earlier revision applied its Namespace over it, labels included (rereview44a P2).
+    """
+    api.put_object(f"{NS}/ingress-nginx", _namespace("ingress-nginx", "app", (KUBECTL, APPLIED)))
+    port = {"port": 443, "protocol": "TCP", "targetPort": 443, "nodePort": 30443}
+    lb = _service("controller", type="LoadBalancer", ports=[port])
+    lb["metadata"]["namespace"] = "ingress-nginx"
+    api.put_object(f"{NS}/ingress-nginx/services/controller", lb)
+    pod = _pod("controller-0", "ingress-nginx", priorityClassName="system-cluster-critical")
+    api.put_object(f"{NS}/ingress-nginx/pods/controller-0", pod)
+
+
+def test_a_namespace_the_control_plane_did_not_make_is_named_not_swept(ctx, upgraded, api, caplog):
+    """Labelled by an earlier revision, made by kubectl: nothing changes there (F1)."""
+    _seed_operator_namespace(api)
+    before = api.objects(f"{NS}/ingress-nginx")
+    caplog.set_level("INFO", logger="tenant_sweep")
+    out = ctx.run(ctx.on.upgrade_charm(), upgraded)
+    assert api.objects(f"{NS}/ingress-nginx") == before
+    assert api.get_object(f"{NS}/ingress-nginx/services/controller")["spec"]["type"] == (
+        "LoadBalancer"
+    )
+    assert "not swept, not made by the control plane: ingress-nginx" in out.unit_status.message
+    assert any(
+        "namespace ingress-nginx is labelled as a consumer's by an earlier revision but was"
+        " not made by it (also written by kubectl-create): not swept" in r.getMessage()
+        for r in caplog.records
+    )
+    bag = peer(out).local_app_data
+    assert json.loads(bag[tenant_sweep.NAMESPACES_KEY]) == ["team-a", "team-old"]
+    assert api.get_object(f"{NS}/ingress-nginx/resourcequotas/{team_quota.NAME}") is None
+    assert bag[tenant_sweep.SWEEP_KEY] == NEXT_CHARM  # team-a's done
+
+
+KEEP = {"finalizers": ["example.com/keep"]}
+
+
+def _seed_kept(api) -> None:
+    """A DaemonSet and Calico objects a tenant gave a finalizer (rereview44a P1)."""
+    template = {"metadata": {"labels": {"app": "k"}}, "spec": {"containers": [CONTAINER]}}
+    daemonset = {
+        "metadata": {"name": "keeper", "namespace": "team-a", **KEEP},
+        "spec": {"selector": {"matchLabels": {"app": "k"}}, "template": template},
+    }
+    api.put_object("/apis/apps/v1/namespaces/team-a/daemonsets/keeper", daemonset)
+    for kind, plural in (("NetworkPolicy", "networkpolicies"), ("NetworkSet", "networksets")):
+        kept = _calico(kind, f"kept-{plural}")
+        kept["metadata"].update(KEEP)
+        api.put_object(f"{CALICO}/team-a/{plural}/kept-{plural}", kept)
+
+
+def test_what_a_finalizer_keeps_is_deleted_and_seen_gone(ctx, upgraded, api):
+    _seed_kept(api)
+    out = ctx.run(ctx.on.upgrade_charm(), upgraded)
+    assert api.get_object("/apis/apps/v1/namespaces/team-a/daemonsets/keeper") is None
+    assert api.objects(f"{CALICO}/team-a/") == []
+    assert "consumer namespaces swept: 16 objects changed" in out.unit_status.message
+    assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
+
+
+def test_an_object_still_there_after_its_deletion_is_not_counted_and_tried_again(
+    ctx, upgraded, api
+):
+    _seed_kept(api)
+    kept = f"{CALICO}/team-a/networksets/kept-networksets"
+    api.inject(status=403, method="PATCH", path_prefix=kept, message="no")
+    out = ctx.run(ctx.on.upgrade_charm(), upgraded)
+    assert api.get_object(kept)["metadata"].get("deletionTimestamp")
+    assert "consumer namespaces swept: 15 objects changed, 1 failed" in out.unit_status.message
+    assert peer(out).local_app_data.get(tenant_sweep.SWEEP_KEY) != NEXT_CHARM
+    out = ctx.run(ctx.on.update_status(), out)
+    assert api.get_object(kept) is None
+    assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
+
+
+def test_lists_are_read_a_page_at_a_time(ctx, upgraded, api, monkeypatch):
+    """A namespace's many pods cannot stall the hook in one answer (F4)."""
+    monkeypatch.setattr(tenant_sweep, "PAGE", 2)
+    api.requests.clear()
+    out = ctx.run(ctx.on.upgrade_charm(), upgraded)
+    assert {p["metadata"]["name"] for p in api.objects(f"{NS}/team-a/pods/")} == {
+        "training",
+        "ended",
+    }
+    pages = [r.query for r in api.requests if r == ("GET", f"{NS}/team-a/pods")]
+    assert [q.get("limit") for q in pages] == ["2"] * len(pages) and len(pages) > 2
+    assert all(q.get("continue") for q in pages[1:]) and "continue" not in pages[0]
+    assert "status.phase!=Succeeded" in pages[0]["fieldSelector"]
+    assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
+
+
+def test_the_sweep_waits_a_hook_after_the_admission_policies_change(ctx, upgraded, api, caplog):
+    """A changed policy is enforced from the API server's next refresh (F5)."""
+    caplog.set_level("INFO")
+    bag = dict(peer(upgraded).local_app_data)
+    bag["admission-policies"] = "an earlier revision's"  # addons.ADMISSION_POLICIES_KEY
+    changed = dataclasses.replace(peer(upgraded), local_app_data=bag)
+    others = [r for r in upgraded.relations if r.id != changed.id]
+    state = dataclasses.replace(upgraded, relations=[*others, changed])
+    out = ctx.run(ctx.on.upgrade_charm(), state)
+    assert "consumer namespaces swept next hook: the admission policies changed" in (
+        caplog.messages
+    )
+    assert api.get_object(f"{NS}/team-a/pods/on-cp") is not None
+    out = ctx.run(ctx.on.config_changed(), out)  # the first try: any hook
+    assert api.get_object(f"{NS}/team-a/pods/on-cp") is None
+    assert peer(out).local_app_data[tenant_sweep.SWEEP_KEY] == NEXT_CHARM
+
+
+# what a pod of a team's namespace may ask (CONSUMER_PODS) and may not, each judged both
+# by the policy through the fake API server's admission and by the sweep (F6); nodeName
+# and controller references are left out: the sweep cannot judge them from a stored pod
+CUTS = [
+    {"tolerations": [GPU, *LOST]},
+    {"tolerations": [{"operator": "Exists"}]},
+    {"tolerations": [{**LOST[0], "tolerationSeconds": 301}]},
+    {"tolerations": [{**LOST[0], "effect": "NoSchedule"}]},
+    {"tolerations": [{k: v for k, v in LOST[0].items() if k in LOST_KEYS}]},
+    {"tolerations": [GPU, {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]},
+    {"tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]},
+    {"schedulerName": "default-scheduler"},
+    {"schedulerName": "my-scheduler"},
+    {"priorityClassName": "system-node-critical"},
+    {"serviceAccountName": "default"},
+    {"serviceAccountName": "tensorflow"},
+    {"serviceAccount": "tensorflow"},
+]
+RESTRICTED = {  # Pod Security's restricted level, which team-a's namespace enforces
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def test_the_sweep_refuses_the_pods_consumer_pods_refuses(upgraded, api):
+    kube = Kube.from_kubeconfig(api.kubeconfig())
+    admissions = []
+    for i, cut in enumerate(CUTS):
+        container = {**CONTAINER, "securityContext": RESTRICTED}
+        meta = {"name": f"cut-{i}", "namespace": "team-a"}
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta}
+        pod["spec"] = {"containers": [container], **cut}
+        try:
+            kube.create(pod)
+            admitted = True
+        except KubeError as e:
+            assert e.status == 403 and admission_policies.CONSUMER_PODS in e.message, (cut, e)
+            admitted = False
+        judged = tenant_sweep.refusal(pod, "tensorflow", frozenset({CP_NODE}))
+        assert (judged is None) == admitted, (cut, judged)
+        admissions.append(admitted)
+    assert admissions.count(True) == 3 and admissions.count(False) == len(CUTS) - 3
