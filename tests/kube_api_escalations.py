@@ -964,10 +964,10 @@ OVERSIZED: list[Oversized] = [
         "254-characters", "MAX_WORD", {"rules": _rules(1, **{"resource-names": ["n" * 254]})}
     ),
     Oversized("not-even-json", "MAX_JSON", {"cluster-rules": "[" + "x" * 70_000}),
-    Oversized(
-        "10000-storage-consumers",
-        "MAX_JSON",
-        {"storage-consumers": _text({f"app{i}": "fsap-0123456789abcdef0" for i in range(10_000)})},
+    Oversized(  # 10,000 fit (EFS's access point quota): 30,000 do not
+        "30000-storage-consumers",
+        "MAX_STORAGE_JSON",
+        {"storage-consumers": _text({f"app{i}": "fsap-0123456789abcdef0" for i in range(30_000)})},
     ),
     Oversized("33-digit-gpu-quota", "MAX_QUANTITY", {"gpu-quota": "9" * 33}),
     Oversized("40-digit-memory-quota", "MAX_QUANTITY", {"memory-quota": "1" * 40 + "Gi"}),

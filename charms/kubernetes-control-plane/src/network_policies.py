@@ -144,7 +144,7 @@ def _egress(entry: str, pod_cidr: str) -> Egress:
             raise ValueError(f"{entry!r} overlaps {block} ({why}), which teams may not reach")
     port = int(match[2]) if match[2] else None
     end = int(match[3]) if match[3] else None
-    if port is not None and not (1 <= port <= 65535 and (end is None or port < end <= 65535)):
+    if port is not None and not (1 <= port <= 65535 and (end is None or port <= end <= 65535)):
         raise ValueError(f"{entry!r}: ports are 1-65535, a range low-high")
     return Egress(str(network), port, end)
 

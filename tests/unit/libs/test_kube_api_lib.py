@@ -15,6 +15,7 @@ from charms.gpu_k8s.v0.kube_api import (
     MAX_ITEMS,
     MAX_JSON,
     MAX_RULES,
+    MAX_STORAGE_JSON,
     MAX_WORD,
     KubeApiProvider,
     KubeApiRequirer,
@@ -270,6 +271,22 @@ def test_a_value_over_max_json_is_refused_before_it_is_parsed():
     with pytest.raises(pydantic.ValidationError) as refused:
         RequirerAppData.model_validate(garbage.request())
     assert "MAX_JSON" in explain(refused.value)
+
+
+def test_a_provisioner_may_name_as_many_consumers_as_a_file_system_has_access_points():
+    """final44a N1: 64 KiB stopped efs-storage at ~1,400 consumers; EFS allows 10,000."""
+    names = [f"team-x{i:05d}-" + "x" * 40 for i in range(10_000)]  # 52-character names
+    served = {name: f"fsap-{i:017x}" for i, name in enumerate(names)}
+    text = json.dumps(served, sort_keys=True)
+    assert MAX_JSON < len(text) <= MAX_STORAGE_JSON
+    request = RequirerAppData.model_validate({"namespace": "s", "storage-consumers": text})
+    assert request.storage_consumers == served
+    over = text[:-1] + ", " + json.dumps("p" * (MAX_STORAGE_JSON - len(text))) + ': ""}'
+    with pytest.raises(pydantic.ValidationError) as refused:
+        RequirerAppData.model_validate({"namespace": "s", "storage-consumers": over})
+    assert f"at most {MAX_STORAGE_JSON} characters of JSON (MAX_STORAGE_JSON)" in explain(
+        refused.value
+    )
 
 
 def test_the_largest_request_within_the_bounds_passes_the_policy():

@@ -67,7 +67,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 29
+LIBPATCH = 30
 
 logger = logging.getLogger(__name__)
 
@@ -97,14 +97,20 @@ _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 # - MAX_WORD: characters of an API group, resource, verb or name: a DNS subdomain's 253
 #   (kubernetes.io/docs/concepts/overview/working-with-objects/names), the longest a
 #   group or an object's name may be;
-# - MAX_JSON: characters of the JSON of each of `rules`, `cluster-rules` and
-#   `storage-consumers` in the databag, checked before it is parsed;
+# - MAX_JSON: characters of the JSON of each of `rules` and `cluster-rules` in the
+#   databag, checked before it is parsed; MAX_STORAGE_JSON those of `storage-consumers`:
+#   a file system has at most 10,000 access points unless AWS raises it (docs.aws.amazon.com
+#   efs/latest/ug/create-access-point.html, read 2026-11-28), an entry is its application's
+#   name and an access point ID (`"<app>": "fsap-<17 hex>", `: at most ~80 characters), so
+#   10,000 consumers fit in 1 MiB (64 KiB stopped a provisioner at ~1,400: final44a N1);
+#   parsing 1 MiB costs the leader ~10 ms, and only a named provisioner's is used;
 # - MAX_QUANTITY: characters of a quota (`gpu-quota`, `cpu-quota`, `memory-quota`): the
 #   control plane keeps each in its peer data.
 MAX_RULES = 64
 MAX_ITEMS = 32
 MAX_WORD = 253
 MAX_JSON = 64 * 1024
+MAX_STORAGE_JSON = 1024 * 1024
 MAX_QUANTITY = 32
 
 # Namespaces no consumer may ask for: Kubernetes' own (kube-system, kube-public,
@@ -447,14 +453,21 @@ class Rule(Databag):
         return out
 
 
-def _bounded_json(value: Any) -> None:
-    """Refuse a databag value over MAX_JSON characters before it is parsed."""
-    if isinstance(value, str) and len(value) > MAX_JSON:
-        raise ValueError(f"at most {MAX_JSON} characters of JSON (MAX_JSON), not {len(value)}")
+def _bounded_json(value: Any, bound: int = MAX_JSON, name: str = "MAX_JSON") -> None:
+    """Refuse a databag value over `bound` characters before it is parsed."""
+    if isinstance(value, str) and len(value) > bound:
+        raise ValueError(f"at most {bound} characters of JSON ({name}), not {len(value)}")
 
 
-def _json_object(value: Any) -> Any:
-    _bounded_json(value)
+def _storage_json(value: Any) -> Any:
+    """`storage-consumers` as an object, within MAX_STORAGE_JSON characters."""
+    _bounded_json(value, MAX_STORAGE_JSON, "MAX_STORAGE_JSON")
+    return _json_object(value, bounded=False)
+
+
+def _json_object(value: Any, *, bounded: bool = True) -> Any:
+    if bounded:
+        _bounded_json(value)
     if isinstance(value, str):
         try:
             return json.loads(value)
@@ -476,7 +489,7 @@ def _storage_consumers(value: dict[str, str] | None) -> dict[str, str] | None:
 # `storage-consumers` in either databag: a JSON object, checked by _storage_consumers
 StorageConsumers = Annotated[
     dict[str, str] | None,
-    pydantic.BeforeValidator(_json_object),
+    pydantic.BeforeValidator(_storage_json),
     pydantic.AfterValidator(_storage_consumers),
 ]
 
