@@ -454,3 +454,13 @@ def test_no_api_server_known_opens_no_rule_for_every_address():
         "10.0.0.5/32",
         "fd00::5/128",
     ]
+
+
+def test_team_egress_takes_a_range_of_one_port():
+    """final44a N3: endPort may equal port.
+
+    kubernetes pkg/apis/networking/validation ValidateNetworkPolicyPort: endPort "must be
+    greater than or equal to `port`".
+    """
+    (entry,) = network_policies.parse_egress("10.0.5.20/32:9000-9000")
+    assert entry.rule()["ports"] == [{"protocol": "TCP", "port": 9000, "endPort": 9000}]
