@@ -36,7 +36,9 @@ only, so it keeps running while Juju replaces the charm's files. Its inputs:
   no GPU: an event `DriverUnavailable` says so once, and the kernel's XIDs still act;
   blind for `--driver-blind` (DRIVER_BLIND_S) outside a pause, `DriverUnavailableTooLong`.
   The polls run on their own thread, so a poll that blocks on a lost GPU (each is bounded
-  at 20 s) never delays the kernel's XIDs, read every `--tick`;
+  at `--smi-timeout`, then killed: `run_smi`) never delays the kernel's XIDs, read every
+  `--tick`. A poll nvidia-smi never answers is a hung driver (`smi_hung`): `SmiHung` once,
+  and after `--smi-hung` (SMI_HUNG_S) outside a pause every known GPU is lost;
 - the classification, xid_catalog.json (NVIDIA's XID catalog, its source and date inside).
   An XID the catalog lacks (a newer driver's) is classified as its `unknown` entry says:
   support, a quarantine with no automatic repair (the catalog's reasons inside).
@@ -168,6 +170,8 @@ agent (Prometheus text format 0.0.4; `metrics()` names each):
   quarantined for too long);
 - `gpu_k8s_gpu_driver_unavailable_since_timestamp_seconds{node}` while nvidia-smi cannot
   reach the driver outside a pause (`driver_unavailable`; alert: for too long);
+- `gpu_k8s_gpu_smi_hung_since_timestamp_seconds{node}` while nvidia-smi's polls go
+  unanswered outside a pause (`smi_hung`; alert: past SMI_HUNG_S);
 - `gpu_k8s_gpu_fault_to_quarantine_seconds` and `gpu_k8s_gpu_fault_to_readmission_seconds`:
   the last fault's times per GPU, last values rather than histograms: a GPU faults a few
   times a year, so buckets would hold almost nothing and need keeping across reboots,
@@ -1894,7 +1898,7 @@ class Watcher:
         """Read the kernel log, act on its XIDs, retry what is not applied yet.
 
         nvidia-smi runs on its own thread (`poll_forever`), never in here: on a GPU that
-        fell off the bus (XID 79) it may block for its whole bound (`_query_smi`, 20 s),
+        fell off the bus (XID 79) it may block for its whole bound (`run_smi`, 20 s),
         and the training process that crashed on the fault holds its exit only for its
         fault window (tf_launcher.py FAULT_WINDOW, 10 s) for the eviction to reach it.
         """

@@ -119,7 +119,7 @@ def _gpu_labels(severity: str, **extra: str) -> dict:
 def test_the_rules_load_in_prometheus():
     done = _promtool("check", "rules", str(RULES))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 14 rules found" in done.stdout
+    assert "SUCCESS: 15 rules found" in done.stdout
 
 
 def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):
@@ -711,4 +711,25 @@ def test_a_watcher_blind_to_the_driver_for_ten_minutes_alerts_until_the_driver_a
     tests = {"rule_files": [str(RULES)], "evaluation_interval": "1m"}
     tests["tests"] = [{"interval": "1m", "input_series": series, "alert_rule_test": cases}]
     done = _test_rules(tmp_path / "blind_test.yml", tests)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_hung_nvidia_smi_alerts_past_a_minute_until_it_answers(tmp_path):
+    """final44b N1: nvidia-smi's polls unanswered (a hung driver) alert, named as such.
+
+    The watcher's gauge (gpu_watcher.py SMI_HUNG_S) says since when; past the same minute
+    the watcher quarantines every GPU for a reboot. It ends when nvidia-smi answers.
+    """
+    hung = {"node": "gpu-0"}
+    name = "gpu_k8s_gpu_smi_hung_since_timestamp_seconds"
+    # unanswered from t=60 s; nvidia-smi answers again after 6m (no gauge)
+    series = [{"series": _watcher_series(name, **hung), "values": "_ 60x5"}]
+    firing = _firing("GpuSmiHung", "critical", hung, "2m 0s")
+    cases = [
+        {"eval_time": at, "alertname": "GpuSmiHung", "exp_alerts": alerts}
+        for at, alerts in (("1m", []), ("2m", []), ("3m", [firing]), ("12m", []))
+    ]
+    tests = {"rule_files": [str(RULES)], "evaluation_interval": "1m"}
+    tests["tests"] = [{"interval": "1m", "input_series": series, "alert_rule_test": cases}]
+    done = _test_rules(tmp_path / "hung_test.yml", tests)
     assert done.returncode == 0, done.stdout + done.stderr
