@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -300,13 +301,34 @@ class Machine:
             labels["nvidia.com/mig.config.state"] = state
         self.api.put_object(f"/api/v1/nodes/{OWN}", node)
 
-    def smi_hang(self, seconds: float) -> None:
-        """Each `--query-gpu` of the fake nvidia-smi takes `seconds` from now on.
+    def smi_hang(self, seconds: float | None) -> None:
+        """Each `--query-gpu` of the fake nvidia-smi takes `seconds` from now on (None: no more).
 
-        nvidia-smi can block for long on a GPU that fell off the bus (XID 79): the watcher
-        bounds each call at 20 s (gpu_watcher.py `_query_smi`).
+        nvidia-smi can block for long on a GPU that fell off the bus (XID 79) or on a hung
+        driver: the watcher bounds each call (gpu_watcher.py `run_smi`, `--smi-timeout`).
+        The wait is a child of the fake's shell (`smi_sleepers`), as nvidia-smi's own
+        threads and helpers are its children: killing the shell alone leaves it running,
+        killing its process group ends it. A process in state D, which SIGKILL does not
+        end until the driver returns, cannot be faked in user space.
         """
-        (self.root / "smi.hang").write_text(f"{seconds}\n")
+        path = self.root / "smi.hang"
+        if seconds is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(f"{seconds}\n")
+
+    def smi_sleepers(self) -> list[int]:
+        """The pids of the fake nvidia-smi's waits (`smi_hang`) still running, not zombies."""
+        path = self.root / "smi.sleepers"
+        alive = []
+        for pid in path.read_text().split() if path.exists() else []:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            if stat.rpartition(")")[2].split()[0] != "Z":
+                alive.append(int(pid))
+        return alive
 
     def smi_calls(self) -> int:
         """How many times nvidia-smi ran."""
@@ -489,7 +511,9 @@ def gpu_machine(root: Path) -> Iterator[Machine]:
             # a field this driver's nvidia-smi does not know fails the whole query
             'q="${1#--query-gpu=}"\n'
             # a GPU that fell off the bus can make each query hang (`smi_hang`)
-            f'[ -f {root}/smi.hang ] && [ "$q" != "$1" ] && sleep "$(cat {root}/smi.hang)"\n'
+            f'if [ -f {root}/smi.hang ] && [ "$q" != "$1" ]; then\n'
+            f'  sleep "$(cat {root}/smi.hang)" & echo $! >> {root}/smi.sleepers; wait $!\n'
+            "fi\n"
             f"for f in $(cat {root}/smi-unknown 2>/dev/null); do\n"
             '  case ",$q," in *",$f,"*)\n'
             '    echo "Field \\"$f\\" is not a valid field to query."; exit 2;;\n'
@@ -505,6 +529,8 @@ def gpu_machine(root: Path) -> Iterator[Machine]:
             yield box
         finally:
             box.stop()
+            for pid in box.smi_sleepers():  # a hang the watcher left behind (main's did)
+                os.kill(pid, signal.SIGKILL)
 
 
 UNIT = "kubernetes-worker/0"
@@ -562,6 +588,8 @@ def start(
     burst_wait: float = 0.3,
     mig_hold: float | None = None,
     driver_blind: float | None = None,
+    smi_timeout: float | None = None,
+    smi_hung: float | None = None,
 ) -> None:
     """Start the watcher as systemd does (gpu_health.unit_text), every path injected.
 
@@ -569,12 +597,13 @@ def start(
     `app_wait`: `--app-xid-wait`, shortened from its 15 s; `burst_wait`: `--burst-wait`,
     from its 5 s (the test's lines of a burst are appended within milliseconds);
     `mig_hold`: `--mig-hold`, its default unless given; `driver_blind`: `--driver-blind`,
-    likewise.
+    `smi_timeout`: `--smi-timeout`, `smi_hung`: `--smi-hung`, likewise.
     """
     box.started_with = {"escalation": escalation, "interval": interval, "tick": tick}
     box.started_with |= {"metrics": metrics, "unit": unit, "hook_retry": hook_retry}
     box.started_with |= {"app_wait": app_wait, "burst_wait": burst_wait, "mig_hold": mig_hold}
-    box.started_with |= {"driver_blind": driver_blind}
+    box.started_with |= {"driver_blind": driver_blind, "smi_timeout": smi_timeout}
+    box.started_with |= {"smi_hung": smi_hung}
     r = box.root
     argv = [sys.executable, str(SRC / "gpu_watcher.py")]
     argv += watcher_args(box, escalation, interval, tick, app_wait, burst_wait)
@@ -582,6 +611,10 @@ def start(
         argv += ["--mig-hold", str(mig_hold)]
     if driver_blind is not None:
         argv += ["--driver-blind", str(driver_blind)]
+    if smi_timeout is not None:
+        argv += ["--smi-timeout", str(smi_timeout)]
+    if smi_hung is not None:
+        argv += ["--smi-hung", str(smi_hung)]
     if metrics:
         box.metrics_port = box.metrics_port or free_ports(1)[0]
         argv += ["--metrics-port", str(box.metrics_port)]

@@ -394,6 +394,62 @@ def test_a_driver_unavailable_outside_a_pause_for_too_long_is_said_and_gauged(ma
     until(lambda: gauge not in machine.metrics())
 
 
+def test_a_hung_nvidia_smi_is_killed_said_gauged_and_quarantines_every_gpu_for_a_reboot(
+    machine,
+):
+    """final44b N1: a poll that nvidia-smi never answers is a finding, not silence.
+
+    Each call is killed with its process group at `--smi-timeout` and the polls go on; an
+    event `SmiHung` once per outage and a gauge say since when; hung polls spanning
+    `--smi-hung` quarantine every known GPU as lost, for the catalog's reboot.
+    """
+    start(machine, metrics=True, smi_timeout=0.3, smi_hung=1.0)
+    gauge = f'gpu_k8s_gpu_smi_hung_since_timestamp_seconds{{node="{OWN}"}}'
+    assert gauge not in machine.metrics()
+    began = time.time()
+    machine.smi_hang(60)
+    until(lambda: events(machine, "SmiHung"))
+    (said,) = events(machine, "SmiHung")
+    assert (said["gpu"], said["action"]) == ("all", "info")
+    assert "did not answer within 0.3s" in said["meaning"]
+    until(lambda: gauge in machine.metrics())
+    assert began - 1 <= samples(machine.metrics())[gauge] <= time.time()
+    assert machine.state()["quarantined"] == {}  # one hung poll is no verdict yet
+    until(lambda: len(machine.state()["quarantined"]) == 2)
+    assert time.time() - began >= 1.0
+    for _, uuid, _ in GPUS:
+        record = machine.state()["quarantined"][uuid]
+        assert (record["reason"], record["action"]) == ("GpuLost", "reboot")
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "GpuLost"
+    until(lambda: not {f"{OWN}/gpu0-job", f"{OWN}/gpu1-job"} & machine.pods())
+    # each hung call was killed with its group (the fake's wait inside it too), and the
+    # poll thread went on
+    polls = machine.smi_calls()
+    until(lambda: machine.smi_calls() >= polls + 2)
+    until(lambda: not machine.smi_sleepers())
+    assert len(events(machine, "SmiHung")) == 1  # once per outage
+    machine.smi_hang(None)
+    until(lambda: gauge not in machine.metrics())
+    machine.smi_hang(60)  # a new outage is said again
+    until(lambda: len(events(machine, "SmiHung")) == 2)
+
+
+def test_a_hung_nvidia_smi_under_a_pause_quarantines_nothing(machine):
+    """A GPU reset or the gate may hold nvidia-smi: a pause in force is no hung driver."""
+    start(machine, metrics=True, smi_timeout=0.3, smi_hung=0.8)
+    machine.smi_hang(60)
+    until(lambda: events(machine, "SmiHung"))
+    machine.pause_path.write_text(gpu_watcher.pause_text(OWN, gpu_watcher.PAUSE_RESET))
+    gauge = f'gpu_k8s_gpu_smi_hung_since_timestamp_seconds{{node="{OWN}"}}'
+    until(lambda: gauge not in machine.metrics())
+    time.sleep(1.5)
+    assert machine.state()["quarantined"] == {}
+    machine.pause_path.unlink()  # resumed, still hung: counted afresh, then quarantined
+    until(lambda: gauge in machine.metrics())
+    until(lambda: len(machine.state()["quarantined"]) == 2)
+
+
 def test_a_gpu_lost_once_the_driver_answers_again_is_quarantined(machine):
     """The driver back (the reboot after the update): nvidia-smi judges the GPUs again."""
     start(machine)

@@ -36,7 +36,9 @@ only, so it keeps running while Juju replaces the charm's files. Its inputs:
   no GPU: an event `DriverUnavailable` says so once, and the kernel's XIDs still act;
   blind for `--driver-blind` (DRIVER_BLIND_S) outside a pause, `DriverUnavailableTooLong`.
   The polls run on their own thread, so a poll that blocks on a lost GPU (each is bounded
-  at 20 s) never delays the kernel's XIDs, read every `--tick`;
+  at `--smi-timeout`, then killed: `run_smi`) never delays the kernel's XIDs, read every
+  `--tick`. A poll nvidia-smi never answers is a hung driver (`smi_hung`): `SmiHung` once,
+  and after `--smi-hung` (SMI_HUNG_S) outside a pause every known GPU is lost;
 - the classification, xid_catalog.json (NVIDIA's XID catalog, its source and date inside).
   An XID the catalog lacks (a newer driver's) is classified as its `unknown` entry says:
   support, a quarantine with no automatic repair (the catalog's reasons inside).
@@ -168,6 +170,8 @@ agent (Prometheus text format 0.0.4; `metrics()` names each):
   quarantined for too long);
 - `gpu_k8s_gpu_driver_unavailable_since_timestamp_seconds{node}` while nvidia-smi cannot
   reach the driver outside a pause (`driver_unavailable`; alert: for too long);
+- `gpu_k8s_gpu_smi_hung_since_timestamp_seconds{node}` while nvidia-smi's polls go
+  unanswered outside a pause (`smi_hung`; alert: past SMI_HUNG_S);
 - `gpu_k8s_gpu_fault_to_quarantine_seconds` and `gpu_k8s_gpu_fault_to_readmission_seconds`:
   the last fault's times per GPU, last values rather than histograms: a GPU faults a few
   times a year, so buckets would hold almost nothing and need keeping across reboots,
@@ -182,12 +186,14 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import datetime
 import http.client
 import http.server
 import json
 import os
 import re
+import signal
 import ssl
 import subprocess
 import sys
@@ -284,6 +290,21 @@ SMI_DRIVER_TEXTS = (
 # module, leaves the running jobs working (their processes hold the loaded library), and
 # evicting them would end good work for a fault no GPU has; the kernel's XIDs still act.
 DRIVER_BLIND_S = 600.0
+# Each nvidia-smi call is bounded (`run_smi`): at `--smi-timeout` its process group is
+# killed and the call is given up SMI_KILL_WAIT_S later whatever happened, since a process
+# in state D (a hung driver) does not end on SIGKILL until the driver returns, and
+# CPython's subprocess.run() waits for the killed child without bound (Lib/subprocess.py,
+# v3.11.7, run(): `process.kill()` then `process.wait()`). A call that timed out answers
+# SMI_HUNG_EXIT, the charm's runner's timeout status (gpu.py HUNG_EXIT); the charm calls
+# that driver SmiState.HUNG. A hung poll is a finding (`smi_hung`): an event `SmiHung` once
+# per outage, the gauge gpu_k8s_gpu_smi_hung_since_timestamp_seconds (GpuSmiHung), and hung
+# polls spanning `--smi-hung` outside a pause quarantine every known GPU as lost (XID 79's
+# catalog entry: a reboot, the repair for a hung driver). Both bounds are our choice: NVIDIA
+# documents none for nvidia-smi (hung44's nvidia.py SMI_TIMEOUT_S gives the charm 30 s).
+SMI_TIMEOUT_S = 20.0
+SMI_KILL_WAIT_S = 3.0
+SMI_HUNG_EXIT = -1
+SMI_HUNG_S = 60.0
 # A node-wide event's GPU (`DriverUnavailable`): it is about no one GPU
 EVERY_GPU = {"index": "all", "uuid": "-"}
 # mig-manager's state label (mig.py LABEL_STATE; NVIDIA/mig-parted v0.15.0
@@ -689,6 +710,34 @@ def kernel_time(usec: int, wall: float, monotonic: float) -> float | None:
     return kernel_wall(usec, wall, monotonic)
 
 
+def run_smi(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """Run nvidia-smi in its own process group, bounded (SMI_TIMEOUT_S says why and how).
+
+    Past `timeout` the group is killed, waited for SMI_KILL_WAIT_S at most, then left (a
+    child that outlives its kill is reaped by subprocess at a later Popen, or by init):
+    the answer is SMI_HUNG_EXIT. OSError (no such program) is the caller's.
+    """
+    child = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        if child.poll() is None:  # not reaped: its pid is still its group's id
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+        try:
+            child.wait(timeout=SMI_KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            print(f"nvidia-smi did not end {SMI_KILL_WAIT_S:g}s after SIGKILL: left", flush=True)
+        for pipe in (child.stdout, child.stderr):
+            if pipe is not None:
+                pipe.close()
+        said = f"nvidia-smi did not answer within {timeout:g}s"
+        return subprocess.CompletedProcess(argv, SMI_HUNG_EXIT, "", said)
+    return subprocess.CompletedProcess(argv, child.returncode, out, err)
+
+
 def driver_down(code: int, out: str, gpus: dict, lost: set) -> bool:
     """Whether nvidia-smi's answer says it cannot reach the driver at all (SMI_DRIVER_CODES).
 
@@ -872,6 +921,7 @@ class Watcher:
         self.driver_down: str | None = None  # nvidia-smi's words while it cannot reach it
         self.blind_since: float | None = None  # wall time it went blind, outside any pause
         self.blind_told = False  # DriverUnavailableTooLong said for this blind spell
+        self.hung_since: float | None = None  # wall time of the first poll of a hung spell
         self.mig_since: float | None = None  # a lost GPU held for mig-manager since then
         self.was_paused: str | None = None  # what the pause in force is for (`paused_for`)
         self.fault_at: float | None = None  # the kernel's time of the record in hand
@@ -1019,8 +1069,8 @@ class Watcher:
                 "--format=csv,noheader",
             ]
             try:
-                done = subprocess.run(argv, capture_output=True, text=True, timeout=20)
-            except (OSError, subprocess.TimeoutExpired) as e:
+                done = run_smi(argv, self.args.smi_timeout)
+            except OSError as e:
                 print(f"nvidia-smi failed: {e}", file=sys.stderr)
                 return None
             unknown = SMI_UNKNOWN_FIELD.search(done.stdout + done.stderr)
@@ -1034,6 +1084,11 @@ class Watcher:
         """(PCI key, finding) for each unhealthy GPU nvidia-smi's answer `done` shows."""
         if done is None:
             return []
+        if done.returncode == SMI_HUNG_EXIT:
+            return self.smi_hung(done.stderr)
+        if self.hung_since is not None:
+            print("nvidia-smi answers again", flush=True)
+            self.hung_since = None
         out = done.stdout + done.stderr
         gpus, lost = parse_smi(out, self.smi_fields)
         if driver_down(done.returncode, out, gpus, lost):
@@ -1084,6 +1139,26 @@ class Watcher:
                 "judged by nvidia-smi; the unit's status says why (a reboot may load the driver)"
             )
             self._event(now, EVERY_GPU, "DriverUnavailableTooLong", meaning, "support")
+
+    def smi_hung(self, said: str) -> list[tuple[str, str]]:
+        """A poll nvidia-smi did not answer (`run_smi`): every known GPU lost, in the end.
+
+        An event `SmiHung` when the outage begins, and the gauge says since when
+        (`metrics`). Hung polls spanning `--smi-hung` with no pause begun meanwhile (a GPU
+        reset or the gate may hold nvidia-smi) find each known GPU lost: the catalog's
+        reboot (SMI_TIMEOUT_S). A pause ends the spell (`poll`).
+        """
+        now = time.time()
+        if self.hung_since is None:
+            self.hung_since = self.last_poll
+            meaning = (
+                f"{said}: its call was killed; every known GPU is quarantined for a reboot if "
+                f"no poll answers within {self.args.smi_hung:g}s; kernel XIDs are still acted on"
+            )
+            self._event(now, EVERY_GPU, "SmiHung", meaning, "info")
+        if now - self.hung_since < self.args.smi_hung or self.paused(now):
+            return []
+        return [(pci, "lost") for pci in self.gpus]
 
     def hold_for_mig(self, findings: list[tuple[str, str]], at: float) -> list[tuple[str, str]]:
         """The findings less a GPU gone missing while mig-manager changes the MIG layout.
@@ -1661,10 +1736,8 @@ class Watcher:
 
     def _run_smi(self, *argv: str) -> subprocess.CompletedProcess | None:
         try:
-            return subprocess.run(
-                [self.args.nvidia_smi, *argv], capture_output=True, text=True, timeout=20
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
+            return run_smi([self.args.nvidia_smi, *argv], self.args.smi_timeout)
+        except OSError as e:
             print(f"nvidia-smi {' '.join(argv)} failed: {e}", file=sys.stderr)
             return None
 
@@ -1825,7 +1898,7 @@ class Watcher:
         """Read the kernel log, act on its XIDs, retry what is not applied yet.
 
         nvidia-smi runs on its own thread (`poll_forever`), never in here: on a GPU that
-        fell off the bus (XID 79) it may block for its whole bound (`_query_smi`, 20 s),
+        fell off the bus (XID 79) it may block for its whole bound (`run_smi`, 20 s),
         and the training process that crashed on the fault holds its exit only for its
         fault window (tf_launcher.py FAULT_WINDOW, 10 s) for the eviction to reach it.
         """
@@ -1866,8 +1939,8 @@ class Watcher:
 
         Skipped while a GPU reset or the gate's diagnostic paused the polls (`paused`).
         """
-        if self.paused(at):
-            self.blind_since, self.blind_told = None, False  # a pause is no blind spell
+        if self.paused(at):  # a pause is no blind spell, and no hung one
+            self.blind_since, self.blind_told, self.hung_since = None, False, None
             return
         self.last_poll = at
         done = self._query_smi()
@@ -1912,6 +1985,16 @@ class Watcher:
             ]
             samples += self._counters(labels, known)
             samples += self._timings(labels)
+            if self.hung_since is not None:
+                samples.append(
+                    Gauge(
+                        "gpu_k8s_gpu_smi_hung_since_timestamp_seconds",
+                        "When nvidia-smi's polls began to go unanswered (Unix time), outside "
+                        "a pause, while they do.",
+                        round(self.hung_since, 3),
+                        {"node": node},
+                    )
+                )
             if self.blind_since is not None:
                 samples.append(
                     Gauge(
@@ -2072,6 +2155,8 @@ def arguments(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--burst-wait", type=float, default=APP_BURST_S)
     p.add_argument("--mig-hold", type=float, default=MIG_HOLD_S)
     p.add_argument("--driver-blind", type=float, default=DRIVER_BLIND_S)
+    p.add_argument("--smi-timeout", type=float, default=SMI_TIMEOUT_S)
+    p.add_argument("--smi-hung", type=float, default=SMI_HUNG_S)
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--unit", default="", help="the Juju unit to wake with juju-exec")
     p.add_argument("--juju-exec", default="juju-exec")  # /usr/bin/juju-exec on Juju 3 machines

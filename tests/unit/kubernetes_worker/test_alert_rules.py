@@ -119,7 +119,7 @@ def _gpu_labels(severity: str, **extra: str) -> dict:
 def test_the_rules_load_in_prometheus():
     done = _promtool("check", "rules", str(RULES))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 14 rules found" in done.stdout
+    assert "SUCCESS: 15 rules found" in done.stdout
 
 
 def test_each_alert_fires_when_it_should_and_not_otherwise(tmp_path):
@@ -693,22 +693,45 @@ def test_an_escalation_held_back_for_one_team_warns_within_the_hour(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_a_watcher_blind_to_the_driver_for_ten_minutes_alerts_until_the_driver_answers(tmp_path):
-    """rereview44c R2: nvidia-smi blind outside a driver update is bounded by an alert.
+# The watcher's node-wide "since" gauges (gpu_watcher.py `metrics`), each set from t=60 s
+# and gone at its end: (gauge, alert, its last value's time, no alert at, alert at and
+# for how long, no alert again at)
+SINCE_ALERTS = {
+    # rereview44c R2: nvidia-smi blind outside a driver update (DRIVER_BLIND_S); the
+    # driver answers again after 15m
+    "blind": (
+        "gpu_k8s_gpu_driver_unavailable_since_timestamp_seconds",
+        "GpuDriverUnavailable",
+        "_ 60x14",
+        ("10m", "12m", "11m 0s", "21m"),
+    ),
+    # final44b N1: nvidia-smi's polls unanswered, a hung driver (SMI_HUNG_S: past the same
+    # minute every GPU is quarantined for a reboot); it answers again after 6m
+    "hung": (
+        "gpu_k8s_gpu_smi_hung_since_timestamp_seconds",
+        "GpuSmiHung",
+        "_ 60x5",
+        ("2m", "3m", "2m 0s", "12m"),
+    ),
+}
 
-    The watcher's gauge (gpu_watcher.py DRIVER_BLIND_S) says since when; it ends when the
-    driver answers again, and so does the alert.
+
+@pytest.mark.parametrize("kind", sorted(SINCE_ALERTS))
+def test_a_watcher_since_gauge_alerts_past_its_bound_until_it_ends(tmp_path, kind):
+    """nvidia-smi blind to the driver, or hung, outside a pause is bounded by an alert.
+
+    The watcher's gauge says since when; it ends when nvidia-smi answers again, and so
+    does the alert.
     """
-    blind = {"node": "gpu-0"}
-    name = "gpu_k8s_gpu_driver_unavailable_since_timestamp_seconds"
-    # blind from t=60 s; the driver answers again after 15m (no gauge)
-    series = [{"series": _watcher_series(name, **blind), "values": "_ 60x14"}]
-    firing = _firing("GpuDriverUnavailable", "critical", blind, "11m 0s")
+    name, alert, values, (quiet, fires, value, ended) = SINCE_ALERTS[kind]
+    node = {"node": "gpu-0"}
+    series = [{"series": _watcher_series(name, **node), "values": values}]
+    firing = _firing(alert, "critical", node, value)
     cases = [
-        {"eval_time": at, "alertname": "GpuDriverUnavailable", "exp_alerts": alerts}
-        for at, alerts in (("10m", []), ("12m", [firing]), ("21m", []))
+        {"eval_time": at, "alertname": alert, "exp_alerts": alerts}
+        for at, alerts in ((quiet, []), (fires, [firing]), (ended, []))
     ]
     tests = {"rule_files": [str(RULES)], "evaluation_interval": "1m"}
     tests["tests"] = [{"interval": "1m", "input_series": series, "alert_rule_test": cases}]
-    done = _test_rules(tmp_path / "blind_test.yml", tests)
+    done = _test_rules(tmp_path / f"{kind}_test.yml", tests)
     assert done.returncode == 0, done.stdout + done.stderr
