@@ -17,7 +17,9 @@ only, so it keeps running while Juju replaces the charm's files. Its inputs:
   slew while it slews CLOCK_MONOTONIC: over months of uptime they part by minutes (10-30
   ppm). So the watcher learns the kernel clock's lag behind CLOCK_MONOTONIC (`calibrate`):
   it writes a record of its own to /dev/kmsg (root may: Documentation/ABI/testing/
-  dev-kmsg "Injecting messages") at start and hourly (CALIBRATE_S), on a fresh open each
+  dev-kmsg "Injecting messages"; tools/capture_gpu_health.py --inject-kmsg read its own
+  record back on the H200 VM: tests/fixtures/gpu/h200-sxm-vm/health/capture.json
+  `read_back`) at start and hourly (CALIBRATE_S), on a fresh open each
   time (the default `printk_devkmsg=ratelimit` allows 10 writes per 5 s per open file:
   printk.c devkmsg_write, commit 750afe7babd1), reads its stamp back, and judges every
   record's age on the kernel's clock now (`kernel_now`). A write the kernel ignores
