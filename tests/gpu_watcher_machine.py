@@ -19,6 +19,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -219,9 +220,17 @@ class Machine:
     # the fake driver's uncorrectable ECC counts and recovery actions per GPU (`memory_error`)
     ecc: dict[int, int] = field(default_factory=dict)
     recovery: dict[int, str] = field(default_factory=dict)
-    # the kernel's clock when the machine was made: /dev/kmsg stamps records with the local
-    # clock, which time.monotonic() reads (CLOCK_MONOTONIC, gpu_watcher.kernel_wall)
+    # CLOCK_MONOTONIC when the machine was made: /dev/kmsg stamps records with the kernel's
+    # local clock, which NTP does not slew, CLOCK_MONOTONIC being slewed
+    # (gpu_watcher.calibrate): the kernel's clock is `drift` seconds ahead of it
     made: float = field(default_factory=time.monotonic)
+    drift: float = 0.0
+    # the kernel's side of writes to /dev/kmsg (`_stamp_writes`): how far its file is read
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    written: int = 0
+    writes: threading.Thread | None = None
+    stopped: threading.Event = field(default_factory=threading.Event)
+    devkmsg: str = "ratelimit"  # kernel.printk_devkmsg: "off" ignores every write
 
     def at(self, seconds: float) -> int:
         """The kernel's stamp (microseconds) `seconds` after the machine was made.
@@ -229,7 +238,11 @@ class Machine:
         A test's faults minutes apart by the kernel's clock: a stamp a few minutes ahead of
         now is read as now (gpu_watcher.kernel_wall), never as an old record.
         """
-        return int((self.made + seconds) * 1e6)
+        return int((self.made + self.drift + seconds) * 1e6)
+
+    def clock(self, ago: float = 0.0) -> int:
+        """The kernel's stamp (microseconds since boot) `ago` seconds before now."""
+        return int((time.monotonic() + self.drift - ago) * 1e6)
 
     def kernel(self, text: str, usec: int | None = None) -> None:
         """Append one /dev/kmsg record (Documentation/ABI/testing/dev-kmsg).
@@ -240,11 +253,41 @@ class Machine:
         (`memory_error`).
         """
         self.memory_error(text)
-        self.seq += 1
-        stamp = int(time.monotonic() * 1e6) if usec is None else usec
-        with (self.root / "kmsg").open("a") as f:
-            f.write(f"3,{self.seq},{stamp},-;{text}\n")
-            f.write(" SUBSYSTEM=pci\n")  # a continuation line, skipped
+        self._log(3, text, usec, " SUBSYSTEM=pci\n")  # a continuation line, skipped
+
+    def _log(self, prio: int, text: str, usec: int | None, more: str = "") -> None:
+        with self.lock:
+            self.seq += 1
+            stamp = self.clock() if usec is None else usec
+            with (self.root / "kmsg").open("a") as f:
+                f.write(f"{prio},{self.seq},{stamp},-;{text}\n{more}")
+
+    def _stamp_writes(self) -> None:
+        """The kernel's side of a write to /dev/kmsg, while the watcher runs.
+
+        Each write() logs one record, stamped then, its `<N>` prefix the record's
+        priority (facility << 3 | level), LOG_USER (8) when it names no facility
+        (Documentation/ABI/testing/dev-kmsg "Injecting messages"; kernel/printk/printk.c
+        devkmsg_write). The watcher writes to this file, so its lines without a record's
+        prefix are the writes: each is logged as a record a few ms later (the kernel
+        stores it within the write(): gpu_watcher.CALIBRATE_WAIT allows for the delay).
+        """
+        path = self.root / "kmsg"
+        while not self.stopped.wait(0.005):
+            with path.open("rb") as f:
+                f.seek(self.written)
+                data = f.read()
+            done = data.rfind(b"\n") + 1
+            self.written += done
+            for raw in data[:done].decode(errors="replace").splitlines():
+                if re.match(r"\d+,\d+,|\s", raw):
+                    continue  # a record, or its continuation
+                wrote = re.match(r"<(\d+)>", raw)
+                prio = int(wrote[1]) if wrote else 12
+                if wrote and prio < 8:
+                    prio += 8  # no facility given: LOG_USER
+                if self.devkmsg != "off":  # off: write() succeeds, nothing is logged
+                    self._log(prio, raw[wrote.end() if wrote else 0 :], None)
 
     def memory_error(self, text: str) -> None:
         """What the driver's counters say after an XID 94 line on one of the GPUs.
@@ -427,6 +470,10 @@ class Machine:
             self.process.terminate()
             self.process.wait(timeout=10)
             self.process = None
+        if self.writes is not None:
+            self.stopped.set()
+            self.writes.join()
+            self.writes = None
 
 
 def allocation(pod: dict, resource: str, *devices: str) -> dict:
@@ -621,6 +668,10 @@ def start(
     if unit is not None:
         argv += ["--unit", unit, "--hook-retry", str(hook_retry)]
     env = {**os.environ, "PATH": f"{r / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    if box.writes is None:
+        box.stopped.clear()
+        box.writes = threading.Thread(target=box._stamp_writes, daemon=True)
+        box.writes.start()
     with (r / "watcher.log").open("a") as log:  # the child keeps its own descriptor
         box.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
     until(lambda: box.state_path.exists(), step=0.01)  # first pass done: GPUs known

@@ -19,8 +19,8 @@ library only) against this machine's nvidia-smi and /dev/kmsg and writes, into O
   script's own (PyTorch, where installed) holds the first GPU, and the pid it should show;
 - with `--inject-kmsg`: one XID line written to /dev/kmsg (as root; it goes into the
   kernel log with the user facility) and what the watcher's reader and parser make of it,
-  with the lag between the record's stamp and `time.monotonic()` (gpu_watcher.kernel_time
-  relies on the two being one clock).
+  with the lag between the record's stamp and `time.monotonic()` (gpu_watcher.calibrate
+  learns this lag the same way, at start and hourly).
 
 Nothing here changes the GPUs (no reset, no MIG or clock change). Each step that fails
 records its error and the script goes on.

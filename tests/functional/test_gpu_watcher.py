@@ -709,20 +709,70 @@ def test_records_written_while_a_watcher_was_down_are_new_on_its_restart(machine
     assert "before the watcher started" not in json.dumps(events(machine, "Xid13"))
 
 
-def test_a_restarted_watcher_looks_up_no_pid_of_a_record_logged_long_before(machine):
+@pytest.mark.parametrize("drift", [600.0, -600.0])
+def test_fresh_xids_escalate_on_a_kernel_clock_drifted_from_monotonic(machine, drift):
+    """final44b N2: the kernel's clock is not CLOCK_MONOTONIC after months of uptime.
+
+    Stamped 10 minutes behind it, every live XID read as logged before the watcher
+    started: no count, no eviction. The watcher learns the lag from its own record
+    (gpu_watcher.calibrate): three faults of the last two minutes, by the kernel's clock,
+    evict the job and quarantine the GPU, either way the clock drifted.
+    """
+    machine.drift = drift
+    start(machine, escalation="3/10m")
+    program(machine, 4242, "gpu0-job")
+    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=machine.clock(120))
+    until(lambda: f"{OWN}/gpu0-job" not in machine.pods())
+    machine.kernel(xid_line("13", gpu=0), usec=machine.clock(60))
+    machine.kernel(xid_line("13", gpu=0), usec=machine.clock())
+    until(machine.quarantined)
+    condition = machine.condition()
+    assert condition is not None and condition["reason"] == "XidRepeated"
+    assert not any("before the watcher" in e["meaning"] for e in events(machine, "Xid13"))
+    assert "not calibrated" not in watcher_log(machine)
+
+
+def test_a_kernel_that_ignores_the_watchers_record_leaves_its_clock_as_monotonic(machine):
+    """printk_devkmsg=off: the write succeeds and logs nothing (printk.c devkmsg_write).
+
+    The watcher says so once and judges stamps on CLOCK_MONOTONIC, as before: a fresh
+    fatal XID still quarantines.
+    """
+    machine.devkmsg = "off"
+    start(machine)
+    until(lambda: "kernel clock not calibrated" in watcher_log(machine))
+    machine.kernel(xid_line("79", gpu=1))
+    until(machine.quarantined)
+    (said,) = events(machine, "Xid79")
+    assert "before the watcher" not in said["meaning"]
+    assert watcher_log(machine).count("not calibrated") == 1
+
+
+@pytest.mark.parametrize(
+    ("drift", "age"),
+    [
+        (0.0, 40 * 60),
+        # final44b N2: 7 minutes old by a kernel clock 10 minutes ahead of CLOCK_MONOTONIC
+        # read as 3 minutes ahead of now, so as now, and the reused pid was evicted
+        (600.0, 7 * 60),
+        (-600.0, 7 * 60),
+    ],
+)
+def test_a_restarted_watcher_looks_up_no_pid_of_a_record_logged_long_before(machine, drift, age):
     """rereview44c R4: records written while a watcher was down for long are not live.
 
     Stopped 40 minutes, the watcher read an XID 13 naming pid 4242 as new: the pid now
     runs cpu-job, a pod that holds no GPU, and it was evicted. A record read more than
-    KERNEL_CLOCK_SKEW after the kernel logged it is recorded, neither counted nor looked
-    into, as a first start's backlog is.
+    KERNEL_CLOCK_SKEW after the kernel logged it, by the kernel's clock (the lag behind
+    CLOCK_MONOTONIC learnt: gpu_watcher.calibrate), is recorded, neither counted nor
+    looked into, as a first start's backlog is, either way the clock drifted.
     """
+    machine.drift = drift
     start(machine)
     until(machine.handled)
     machine.stop()
     program(machine, 4242, "cpu-job")  # the pid, reused since
-    logged = int((time.monotonic() - 40 * 60) * 1e6)
-    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=logged)
+    machine.kernel(xid_line("13", gpu=0, pid=4242), usec=machine.clock(age))
     start(machine)
     until(lambda: events(machine, "Xid13"))
     time.sleep(0.6)  # past --app-xid-wait: no check was due

@@ -12,10 +12,23 @@ only, so it keeps running while Juju replaces the charm's files. Its inputs:
   a space; a reader that fell behind gets EPIPE once and goes on). /dev/kmsg rather than
   `journalctl -k -f`: no dependency on journald forwarding the kernel's ring buffer or on
   its rate limit, and the sequence number lets a restarted watcher skip what it handled
-  (kept in the state file with the boot id). A first start in a boot (no position kept:
-  the boot's own start, the first revision with the watcher, a lost state file) finds
-  the ring buffer's older records there: recorded as events "before the watcher
-  started", not counted toward the escalation nor looked into, a fatal one quarantining
+  (kept in the state file with the boot id). The records' stamps are the kernel's
+  local_clock (kernel/printk/printk.c `ts_nsec = local_clock()`), which NTP does not
+  slew while it slews CLOCK_MONOTONIC: over months of uptime they part by minutes (10-30
+  ppm). So the watcher learns the kernel clock's lag behind CLOCK_MONOTONIC (`calibrate`):
+  it writes a record of its own to /dev/kmsg (root may: Documentation/ABI/testing/
+  dev-kmsg "Injecting messages"; tools/capture_gpu_health.py --inject-kmsg read its own
+  record back on the H200 VM: tests/fixtures/gpu/h200-sxm-vm/health/capture.json
+  `read_back`) at start and hourly (CALIBRATE_S), on a fresh open each
+  time (the default `printk_devkmsg=ratelimit` allows 10 writes per 5 s per open file:
+  printk.c devkmsg_write, commit 750afe7babd1), reads its stamp back, and judges every
+  record's age on the kernel's clock now (`kernel_now`). A write the kernel ignores
+  (`printk_devkmsg=off`, or rate-limited: devkmsg_write returns success and logs nothing)
+  leaves the last lag learnt (none: 0, CLOCK_MONOTONIC as is), said once. A first start
+  in a boot (no position kept: the boot's own start, the first revision with the
+  watcher, a lost state file) finds the ring buffer's older records there: recorded as
+  events "before the watcher started", not counted toward the escalation nor looked
+  into, a fatal one quarantining
   (`handle_xid` says why). The NVIDIA driver's XID line
   `NVRM: Xid (PCI:<domain>:<bus>:<device>): <xid>, pid=<pid>, name=<comm>, <text>` (pid
   `'<unknown>'` when no process is involved; some lines carry only the XID; on a MIG GPU
@@ -178,7 +191,7 @@ agent (Prometheus text format 0.0.4; `metrics()` names each):
   while each value stays on the dashboard as a point per GPU and
   `max_over_time(...[30d])` shows the worst. The fault's time is the kernel's timestamp
   of the XID record where it can be read (/dev/kmsg's microseconds since boot, on the
-  clock time.monotonic() reads: within 5 minutes of now), else when this program read it;
+  kernel's clock `calibrate` learnt: within 5 minutes of now), else when this program read it;
   readmission is the charm's `Readmitted` event (gpu_health.readmit) or `readmitted_at`.
 """
 
@@ -342,6 +355,13 @@ SMI_MIG = re.compile(
     r"^\s+MIG\s.*?(?:Device\s+(?P<index>\d+):\s*)?\(UUID:\s*(?P<uuid>MIG-[^)\s]+)\)"
 )
 KERNEL_CLOCK_SKEW = 300.0  # a kernel timestamp further than this from now is not trusted
+# the watcher's own /dev/kmsg record, to learn the kernel clock's lag (`calibrate`): at
+# start, then at most this often (30 ppm of drift is 0.1 s an hour); LOG_USER, info
+# (devkmsg_write: the `<N>` prefix's lower 3 bits are the level, the rest the facility)
+KMSG_MARK = "gpu-k8s-gpu-watcher: kernel clock mark"
+KMSG_MARK_PRIO = 14
+CALIBRATE_S = 3600.0
+CALIBRATE_WAIT = 0.5  # the kernel stores the record within write(); a fake, within ms
 REPAIR_METHODS = ("reset", "reboot")  # gpu-auto-repair's methods: zero series for each
 REPAIR_RESULTS = ("ok", "failed", "refused")  # refused: gpu_repair.REFUSED
 # While the charm resets a GPU or runs the repair gate's DCGM diagnostic
@@ -685,29 +705,29 @@ def parse_iso(text: str) -> float | None:
     return when.replace(tzinfo=datetime.timezone.utc).timestamp()
 
 
-def kernel_wall(usec: int, wall: float, monotonic: float) -> float | None:
+def kernel_wall(usec: int, wall: float, kernel: float) -> float | None:
     """The wall-clock time of a kernel record stamped `usec` after boot, roughly.
 
     /dev/kmsg stamps records with the kernel's local clock in microseconds since boot
     (Documentation/ABI/testing/dev-kmsg; kernel/printk/printk.c `ts_nsec = local_clock()`),
-    the clock time.monotonic() reads on Linux (CLOCK_MONOTONIC) up to drift (1 ms apart on
+    close to the clock time.monotonic() reads on Linux (CLOCK_MONOTONIC: 1 ms apart on
     the H200 recording, tests/fixtures/gpu/h200-sxm-vm/health/capture.json): neither counts
     time suspended, which /proc/stat's `btime` (whole seconds, from CLOCK_BOOTTIME) does.
-    Over days the two may drift apart by seconds or more (NTP slews CLOCK_MONOTONIC, not
-    the local clock): good enough to say when an old record was logged. A stamp ahead of
-    now (the local clock ahead of CLOCK_MONOTONIC: dmesg(1) -T warns its times "could be
-    inaccurate") is now. None: no stamp.
+    Over months the two drift apart by minutes (NTP slews CLOCK_MONOTONIC, not the local
+    clock; dmesg(1) -T warns its times "could be inaccurate"), so `kernel` is the kernel's
+    clock now, in seconds: CLOCK_MONOTONIC less the lag `calibrate` learnt. A stamp ahead
+    of it (drift since the last calibration) is now. None: no stamp.
     """
     if usec < 0:
         return None
-    return wall - max(monotonic - usec / 1e6, 0.0)
+    return wall - max(kernel - usec / 1e6, 0.0)
 
 
-def kernel_time(usec: int, wall: float, monotonic: float) -> float | None:
+def kernel_time(usec: int, wall: float, kernel: float) -> float | None:
     """`kernel_wall`, only for a stamp within KERNEL_CLOCK_SKEW of now (the fault's timings)."""
-    if monotonic - usec / 1e6 > KERNEL_CLOCK_SKEW:
+    if kernel - usec / 1e6 > KERNEL_CLOCK_SKEW:
         return None
-    return kernel_wall(usec, wall, monotonic)
+    return kernel_wall(usec, wall, kernel)
 
 
 def run_smi(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
@@ -905,6 +925,10 @@ class Watcher:
             if isinstance(c, dict) and {"due", "gpu", "pid", "uid"} <= c.keys()
         ]
         self.kmsg = os.open(args.kmsg, os.O_RDONLY | os.O_NONBLOCK)
+        # the kernel clock's lag behind CLOCK_MONOTONIC, in seconds (`calibrate`), learnt
+        # when (time.monotonic()), the marks written, and whether a failure was said
+        self.kernel_lag, self.calibrated, self.marks, self.uncalibrated_told = 0.0, 0.0, 0, False
+        self.calibrate()
         self.partial = b""
         # A first start in this boot (no position in its kernel log: a new boot, the first
         # revision with the watcher, a lost state file) reads what the ring buffer already
@@ -1042,6 +1066,69 @@ class Watcher:
                 if text is not None:
                     texts.append(text)
         return texts
+
+    def calibrate(self) -> None:
+        """Learn the kernel clock's lag behind CLOCK_MONOTONIC from a record of our own.
+
+        Written on a fresh open positioned at the log's end (dev-kmsg: SEEK_END), read back
+        on it, its stamp compared with CLOCK_MONOTONIC around the write. No record back
+        within CALIBRATE_WAIT (the kernel ignored it: `printk_devkmsg`), or no write allowed:
+        the last lag stays, said once.
+        """
+        self.calibrated = time.monotonic()
+        self.marks += 1
+        mark = f"{KMSG_MARK} {os.getpid()}.{self.marks}"
+        stamp, wrote, why = None, 0.0, "no record came back"
+        try:
+            fd = os.open(self.args.kmsg, os.O_RDWR | os.O_APPEND | os.O_NONBLOCK)
+        except OSError as e:
+            fd, why = -1, f"cannot open it to write: {e.strerror}"
+        if fd >= 0:
+            try:
+                os.lseek(fd, 0, os.SEEK_END)
+                wrote = time.monotonic()
+                os.write(fd, f"<{KMSG_MARK_PRIO}>{mark}\n".encode())
+                wrote = (wrote + time.monotonic()) / 2
+                stamp = self._read_mark(fd, mark)
+            except OSError as e:
+                why = f"cannot write it: {e.strerror}"
+            finally:
+                os.close(fd)
+        if stamp is not None:
+            self.kernel_lag, self.uncalibrated_told = wrote - stamp / 1e6, False
+        elif not self.uncalibrated_told:
+            self.uncalibrated_told = True
+            print(
+                f"kernel clock not calibrated ({self.args.kmsg}: {why}): its lag behind "
+                f"CLOCK_MONOTONIC is taken as {self.kernel_lag:.3f} s",
+                flush=True,
+            )
+
+    def _read_mark(self, fd: int, mark: str) -> int | None:
+        """The stamp of the record `mark` (`calibrate`), read on `fd`; None: not there."""
+        deadline, partial = time.monotonic() + CALIBRATE_WAIT, b""
+        while time.monotonic() < deadline:
+            try:
+                chunk = os.read(fd, 8192)
+            except BlockingIOError:
+                chunk = b""
+            except BrokenPipeError:
+                continue
+            if not chunk:
+                time.sleep(0.005)
+                continue
+            lines = (partial + chunk).split(b"\n")
+            partial = lines.pop()
+            for raw in lines:
+                prefix, _, text = raw.decode(errors="replace").partition(";")
+                fields = prefix.split(",")
+                if text == mark and len(fields) >= 3 and fields[2].isdigit():
+                    return int(fields[2])
+        return None
+
+    def kernel_now(self) -> float:
+        """The kernel's clock now, in seconds since boot (`kernel_wall`)."""
+        return time.monotonic() - self.kernel_lag
 
     def _record(self, line: str) -> tuple[str, int] | None:
         if not line or line.startswith(" ") or ";" not in line:
@@ -1903,6 +1990,8 @@ class Watcher:
         fault window (tf_launcher.py FAULT_WINDOW, 10 s) for the eviction to reach it.
         """
         with self.lock:
+            if time.monotonic() - self.calibrated >= CALIBRATE_S:
+                self.calibrate()
             if self.backlog is not None:  # a first start in this boot: what it found there
                 for text, usec in self.backlog:
                     self._kernel_record(text, usec, before=True)
@@ -1924,13 +2013,13 @@ class Watcher:
         # lock (the poller's pass) while the line was written, and a fault stamped before a
         # gate that started meanwhile would be cleared by its readmission
         # (gpu_health.readmit) though the gate never proved it
-        now, monotonic = time.time(), time.monotonic()
-        self.fault_at = kernel_time(usec, now, monotonic)
-        # the kernel's clock (CLOCK_MONOTONIC up to drift) for bursts and the window
-        record["clock"] = usec / 1e6 if usec >= 0 else monotonic
+        now, kernel = time.time(), self.kernel_now()
+        self.fault_at = kernel_time(usec, now, kernel)
+        # the kernel's clock for bursts and the window
+        record["clock"] = usec / 1e6 if usec >= 0 else kernel
         # a record read long after the kernel logged it was not read live (`handle_xid`)
-        before = before or (usec >= 0 and monotonic - usec / 1e6 > KERNEL_CLOCK_SKEW)
-        logged = kernel_wall(usec, now, monotonic) if before else None
+        before = before or (usec >= 0 and kernel - usec / 1e6 > KERNEL_CLOCK_SKEW)
+        logged = kernel_wall(usec, now, kernel) if before else None
         self.handle_xid(record, now, (-1.0 if logged is None else logged) if before else None)
         self.fault_at = None
 
