@@ -325,3 +325,18 @@ def test_a_requirer_never_publishes_what_the_provider_would_refuse_for_its_size(
     with pytest.raises(testing.errors.UncaughtCharmError) as error:
         ctx.run(ctx.on.start(), testing.State(leader=True))
     assert "(MAX_JSON)" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "deep"),
+    [("rules", "[" * 5000), ("cluster-rules", "[" * 5000), ("storage-consumers", '{"a":' * 5000)],
+)
+def test_json_nested_past_the_parsers_depth_is_refused_not_raised(key, deep):
+    """last44a H1: deep nesting is refused as invalid, not raised.
+
+    json.loads raises RecursionError, which no validator caught: one tenant's 5 KB of
+    brackets failed the leader's hook for every consumer.
+    """
+    with pytest.raises(pydantic.ValidationError) as refused:
+        RequirerAppData.model_validate({"namespace": "team", key: deep})
+    assert "must be a JSON" in explain(refused.value)

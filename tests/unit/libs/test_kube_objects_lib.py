@@ -236,3 +236,13 @@ def test_a_record_still_too_long_to_read_back_keeps_its_count_and_the_new_move(m
         5,
         [{"node": "gpu-b", "reason": "Xid79", "at": "2026-11-28T06:00:00Z", "restarted": False}],
     )
+
+
+def test_a_moves_record_nested_past_the_parsers_depth_reads_as_none():
+    """last44a H1: a record nested past json's depth reads as none.
+
+    A team's annotation of 5,000 brackets (under MOVES_MAX_BYTES) raised RecursionError out
+    of the leader's quarantine hook.
+    """
+    deep = {"metadata": {"annotations": {MOVES_ANNOTATION: "[" * 5000}}}
+    assert moves_of(deep) == (0, [])

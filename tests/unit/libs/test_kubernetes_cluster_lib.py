@@ -541,3 +541,13 @@ def test_a_broken_relation_takes_its_units_token_secrets_with_it():
     assert UNIT_SECRET_PREFIX + "worker-0" in [s.label for s in out.secrets]
     out = cp_publish(dataclasses.replace(out, relations=[]), token="")
     assert [s.label for s in out.secrets] == [SECRET_LABEL]
+
+
+def test_a_worker_value_nested_past_the_parsers_depth_is_invalid_not_raised():
+    """last44a H1's kind: a unit databag value of 5,000 brackets is refused as invalid."""
+    import pydantic
+
+    from charms.gpu_k8s.v0.kubernetes_cluster import RequirerUnitData
+
+    with pytest.raises(pydantic.ValidationError):
+        RequirerUnitData.model_validate({"node-name": "n", "gpu-quarantine": "[" * 5000})

@@ -67,7 +67,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 30
+LIBPATCH = 31
 
 logger = logging.getLogger(__name__)
 
@@ -471,7 +471,7 @@ def _json_object(value: Any, *, bounded: bool = True) -> Any:
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # nesting too deep: last44a H1
             raise ValueError("must be a JSON object") from None
     return value
 
@@ -499,7 +499,7 @@ def _json_list(value: Any, what: str = "rules") -> Any:
     if isinstance(value, str):
         try:
             return json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # nesting too deep: last44a H1
             raise ValueError(f"must be a JSON list of {what}") from None
     return value
 

@@ -19,7 +19,7 @@ from typing import Any
 
 LIBID = "58b81ae64c724083a9b79279b6369a0e"
 LIBAPI = 0
-LIBPATCH = 5
+LIBPATCH = 6
 
 # The extended resource NVIDIA's device plugin advertises (k8s-device-plugin README).
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -137,7 +137,7 @@ def moves_of(obj: Mapping[str, Any] | None) -> tuple[int, list[dict[str, Any]]]:
         return 0, []
     try:
         data = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # a team's record nested past the parser's depth
         return 0, []
     if not isinstance(data, dict):
         return 0, []

@@ -112,7 +112,7 @@ from charms.gpu_k8s.v0.kubeclient import KubeError
 
 LIBID = "5f724584087c4f3caa6d95ea68f42ceb"
 LIBAPI = 0
-LIBPATCH = 17
+LIBPATCH = 18
 
 logger = logging.getLogger(__name__)
 
@@ -284,7 +284,7 @@ class ProviderAppData(Databag):
         if isinstance(value, str):
             try:
                 return json.loads(value)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # too deep: a ValueError too
                 raise ValueError("must be a JSON list of host:port") from None
         return value
 
@@ -294,7 +294,7 @@ class ProviderAppData(Databag):
         if isinstance(value, str):
             try:
                 return json.loads(value)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # too deep: a ValueError too
                 raise ValueError("must be a JSON object of unit names to secret IDs") from None
         return value
 
@@ -346,7 +346,7 @@ class RequirerUnitData(Databag):
         if isinstance(value, str):
             try:
                 value = json.loads(value)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # too deep: a ValueError too
                 raise ValueError("must be a JSON list of GPU UUIDs") from None
         if isinstance(value, list) and not all(
             isinstance(v, str) and _GPU_ID.match(v) for v in value
@@ -374,7 +374,7 @@ class RequirerUnitData(Databag):
         if isinstance(value, str):
             try:
                 return json.loads(value)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # too deep: a ValueError too
                 raise ValueError("must be a JSON list") from None
         return value
 
@@ -698,7 +698,7 @@ def _token_map(text: str | None) -> dict[str, str]:
     """The `join-tokens` this side wrote ({} when none or unreadable)."""
     try:
         value = json.loads(text or "{}")
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return {}
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
