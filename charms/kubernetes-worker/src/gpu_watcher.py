@@ -314,10 +314,15 @@ DRIVER_BLIND_S = 600.0
 # polls spanning `--smi-hung` outside a pause quarantine every known GPU as lost (XID 79's
 # catalog entry: a reboot, the repair for a hung driver). Both bounds are our choice: NVIDIA
 # documents none for nvidia-smi (hung44's nvidia.py SMI_TIMEOUT_S gives the charm 30 s).
-SMI_TIMEOUT_S = 20.0
+# 45 s and 3 minutes, not less (last44b M1): on idle GPUs without persistence mode a
+# healthy nvidia-smi initialises the driver on each call and may take ~30 s on a
+# multi-GPU machine (Azure/aks-gpu PR #105: persistence cut it "from 30 to 2 sec"), and
+# a slow answer must never quarantine a healthy node; a hung driver still does, past
+# SMI_HUNG_S.
+SMI_TIMEOUT_S = 45.0
 SMI_KILL_WAIT_S = 3.0
 SMI_HUNG_EXIT = -1
-SMI_HUNG_S = 60.0
+SMI_HUNG_S = 180.0
 # A node-wide event's GPU (`DriverUnavailable`): it is about no one GPU
 EVERY_GPU = {"index": "all", "uuid": "-"}
 # mig-manager's state label (mig.py LABEL_STATE; NVIDIA/mig-parted v0.15.0

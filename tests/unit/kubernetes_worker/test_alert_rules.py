@@ -706,12 +706,12 @@ SINCE_ALERTS = {
         ("10m", "12m", "11m 0s", "21m"),
     ),
     # final44b N1: nvidia-smi's polls unanswered, a hung driver (SMI_HUNG_S: past the same
-    # minute every GPU is quarantined for a reboot); it answers again after 6m
+    # 3 minutes every GPU is quarantined for a reboot); it answers again after 6m
     "hung": (
         "gpu_k8s_gpu_smi_hung_since_timestamp_seconds",
         "GpuSmiHung",
         "_ 60x5",
-        ("2m", "3m", "2m 0s", "12m"),
+        ("4m", "5m", "4m 0s", "12m"),
     ),
 }
 
