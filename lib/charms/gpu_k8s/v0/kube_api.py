@@ -67,7 +67,7 @@ from charms.gpu_k8s.v0.databag import Databag, Endpoint, explain, write
 
 LIBID = "26b1d42dbc2949cb8a83e29b11759d4f"
 LIBAPI = 0
-LIBPATCH = 31
+LIBPATCH = 32
 
 logger = logging.getLogger(__name__)
 
@@ -462,12 +462,6 @@ def _bounded_json(value: Any, bound: int = MAX_JSON, name: str = "MAX_JSON") -> 
 def _storage_json(value: Any) -> Any:
     """`storage-consumers` as an object, within MAX_STORAGE_JSON characters."""
     _bounded_json(value, MAX_STORAGE_JSON, "MAX_STORAGE_JSON")
-    return _json_object(value, bounded=False)
-
-
-def _json_object(value: Any, *, bounded: bool = True) -> Any:
-    if bounded:
-        _bounded_json(value)
     if isinstance(value, str):
         try:
             return json.loads(value)
