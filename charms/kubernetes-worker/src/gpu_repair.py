@@ -88,6 +88,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, NamedTuple
 
+import gpu
 import gpu_gate
 import mig
 import nvidia
@@ -246,7 +247,7 @@ def reset(host: Host, entries: list[dict]) -> Reset:
         try:
             out = host.run(NVIDIA_SMI, "-r", "-i", str(q.get("index")), timeout=RESET_TIMEOUT_S)
         except CommandError as e:
-            if e.returncode == -1:  # the runner's timeout
+            if e.returncode == gpu.HUNG_EXIT:  # the runner's timeout
                 return _hung(f"GPU {q.get('index')} reset", "nvidia-smi -r", RESET_TIMEOUT_S)
             # the first two lines name the GPU and why ("Unable to reset GPU <bus id>
             # because ...", or "The following GPUs could not be reset:" then the GPU)
@@ -498,7 +499,7 @@ def _compute_apps(host: Host) -> list[tuple[str, str]] | None:
     try:
         out = host.run(NVIDIA_SMI, *COMPUTE_APPS, timeout=nvidia.SMI_TIMEOUT_S)
     except CommandError as e:
-        if e.returncode == -1:  # the runner's timeout
+        if e.returncode == gpu.HUNG_EXIT:  # the runner's timeout
             return None
         return []  # the reset's own answer says what holds the GPU
     rows = [[f.strip() for f in line.split(",")] for line in out.splitlines()]
